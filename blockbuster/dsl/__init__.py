@@ -1,0 +1,1 @@
+"""The .bbr rule language: parsing, checking and compiling rule files."""

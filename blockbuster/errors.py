@@ -1,0 +1,56 @@
+"""User-facing errors.
+
+Every mistake a user can make (a bad rule file, an ill-formed program, an unknown
+backend, impossible sizes) raises a subclass of :class:`BlockbusterError`. The CLI
+prints ``str(error)`` on one line (plus an excerpt with a caret for source errors)
+and exits with ``error.exit_code``; it never shows a Python traceback for them.
+"""
+
+from __future__ import annotations
+
+
+class BlockbusterError(Exception):
+    """Base class of errors caused by user input."""
+
+    exit_code = 2
+
+
+class UsageError(BlockbusterError):
+    """Unknown workload, backend, dimension, bad size, ..."""
+
+
+class IRError(BlockbusterError):
+    """An ill-formed block program (raised by the verifier and the builders)."""
+
+
+class BackendError(BlockbusterError):
+    """A backend is unknown, broken, or cannot run a program."""
+
+
+class SourceError(BlockbusterError):
+    """An error located in a text file: ``FILE:LINE:COL: message``.
+
+    ``excerpt`` is the offending source line; the caret goes under ``column``.
+    """
+
+    def __init__(self, message: str, filename: str = "<string>", line: int = 0,
+                 column: int = 0, excerpt: str | None = None):
+        self.message = message
+        self.filename = filename
+        self.line = line
+        self.column = column
+        self.excerpt = excerpt
+        super().__init__(self.headline())
+
+    def headline(self) -> str:
+        if self.line:
+            return f"{self.filename}:{self.line}:{self.column}: {self.message}"
+        return f"{self.filename}: {self.message}"
+
+    def render(self) -> str:
+        """The headline, the offending line and a caret under the column."""
+        out = [self.headline()]
+        if self.excerpt is not None and self.line:
+            out.append("    " + self.excerpt.rstrip("\n"))
+            out.append("    " + " " * max(self.column - 1, 0) + "^")
+        return "\n".join(out)

@@ -1,0 +1,97 @@
+"""The built-in workloads, written with the tensor builder (unfused block programs).
+
+Each workload has fixed dimension names; ``sizes`` overrides dimension sizes and
+``blocks`` block sizes. Unknown dimension names are a :class:`UsageError`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import attrs
+
+from ..errors import UsageError
+from ..ir.program import Program
+from .builder import GraphBuilder
+
+
+@attrs.frozen
+class Workload:
+    name: str
+    description: str
+    dims: dict[str, int]             # default sizes
+    blocks: dict[str, int]           # default block sizes (default: min(size, 64))
+    build: Callable[..., Program]    # (sizes, blocks) -> Program
+    derived: dict[str, str] = attrs.field(factory=dict)   # dim -> dim whose size it copies
+
+
+def _sizes(w: Workload, sizes: dict, blocks: dict) -> tuple[dict, dict]:
+    for d in list(sizes) + list(blocks):
+        if d not in w.dims:
+            raise UsageError(f"workload {w.name} has no dimension '{d}' "
+                             f"(dimensions: {', '.join(w.dims)})")
+    for d, v in list(sizes.items()) + list(blocks.items()):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise UsageError(f"dimension {d}: sizes must be positive integers, got {v!r}")
+    full = dict(w.dims)
+    for d, src in w.derived.items():
+        if d not in sizes and src in sizes:
+            full[d] = sizes[src]
+    full.update(sizes)
+    full_blocks = {d: min(full[d], blocks.get(d, w.blocks.get(d, 64))) for d in full}
+    return full, full_blocks
+
+
+def _attention(s: dict, b: dict) -> Program:
+    g = GraphBuilder("attention")
+    for d in ("N", "S", "D"):
+        g.dim(d, s[d], b[d])
+    q, k, v = g.input("Q", "N", "D"), g.input("K", "S", "D"), g.input("V", "S", "D")
+    scores = g.binary("mul", g.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(s["D"]))
+    out = g.matmul(g.softmax(scores), v, name="O")
+    return g.build(out)
+
+
+def _layernorm_matmul(s: dict, b: dict) -> Program:
+    g = GraphBuilder("layernorm_matmul")
+    for d in ("M", "K", "N"):
+        g.dim(d, s[d], b[d])
+    x, gamma, beta = g.input("X", "M", "K"), g.input("gamma", "K"), g.input("beta", "K")
+    w = g.input("W", "K", "N")
+    out = g.matmul(g.layer_norm(x, gamma, beta, 1e-5), w, name="Y")
+    return g.build(out)
+
+
+def _rmsnorm_ffn_swiglu(s: dict, b: dict) -> Program:
+    g = GraphBuilder("rmsnorm_ffn_swiglu")
+    for d in ("M", "D", "H"):
+        g.dim(d, s[d], b[d])
+    x, gain = g.input("X", "M", "D"), g.input("g", "D")
+    w1, w3, w2 = g.input("W1", "D", "H"), g.input("W3", "D", "H"), g.input("W2", "H", "D")
+    h = g.rms_norm(x, gain, 1e-6)
+    gated = g.binary("mul", g.unary("silu", g.matmul(h, w1)), g.matmul(h, w3))
+    return g.build(g.matmul(gated, w2, name="Y"))
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (
+    Workload("attention", "O = softmax(Q·Kᵀ/√D)·V (softmax over keys)",
+             {"N": 256, "S": 256, "D": 64}, {"N": 64, "S": 64, "D": 64}, _attention,
+             derived={"S": "N"}),
+    Workload("layernorm_matmul", "Y = LayerNorm(X)·W (eps 1e-5, then ·gamma + beta)",
+             {"M": 256, "K": 256, "N": 256}, {"M": 64, "K": 64, "N": 64}, _layernorm_matmul),
+    Workload("rmsnorm_ffn_swiglu", "Y = (silu(h·W1) ⊙ (h·W3))·W2, h = RMSNorm(X)·g",
+             {"M": 128, "D": 256, "H": 512}, {"M": 64, "D": 64, "H": 64}, _rmsnorm_ffn_swiglu),
+)}
+
+
+def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int) -> Program:
+    """The unfused block program of a built-in workload.
+
+    ``blockbuster.workload("attention", N=200, blocks={"N": 64})``.
+    """
+    w = WORKLOADS.get(name)
+    if w is None:
+        raise UsageError(f"unknown workload '{name}' (available: {', '.join(WORKLOADS)})")
+    full, full_blocks = _sizes(w, sizes, blocks or {})
+    return w.build(full, full_blocks)

@@ -1,0 +1,74 @@
+"""Loading the one Lark grammar (``grammar/bbr.lark``) and turning Lark's parse
+errors into :class:`~blockbuster.errors.SourceError` (``FILE:LINE:COL: message``)."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import lark
+
+from ..errors import SourceError
+
+# Human names for the tokens Lark reports as expected.
+_TOKEN_NAMES = {
+    "NAME": "a name", "INT": "an integer", "SIGNED_NUMBER": "a number", "INF": "inf",
+    "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "COMMA": "','",
+    "COLON": "':'", "EQUAL": "'='", "DOT": "'.'", "PLUS": "'+'", "MINUS": "'-'",
+    "STAR": "'*'", "SLASH": "'/'", "__ANON_0": "'//'", "ROLE": "input/output/array",
+    "STRING": "a quoted string", "_NL": "a new line", "$END": "end of file",
+    "LBRACE": "'{'", "RBRACE": "'}'", "ARROW": "'=>'", "MORETHAN": "'>'",
+}
+
+
+def grammar_text() -> str:
+    return resources.files("blockbuster.grammar").joinpath("bbr.lark").read_text()
+
+
+@functools.cache
+def parser() -> lark.Lark:
+    return lark.Lark(grammar_text(), parser="lalr", start=["program", "rulefile"],
+                     propagate_positions=True, maybe_placeholders=True)
+
+
+def _describe_expected(expected) -> str:
+    names = sorted({_TOKEN_NAMES.get(t, t.lower().strip("_") if t.isupper() else repr(t))
+                    for t in expected})
+    if len(names) > 6:
+        names = names[:6] + ["..."]
+    return ", ".join(names)
+
+
+def _line(text: str, line: int) -> str:
+    lines = text.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def parse(text: str, start: str, filename: str) -> lark.Tree:
+    try:
+        return parser().parse(text, start=start)
+    except lark.exceptions.UnexpectedCharacters as err:
+        raise SourceError(f"unexpected character {text[err.pos_in_stream]!r}", filename,
+                          err.line, err.column, _line(text, err.line)) from None
+    except lark.exceptions.UnexpectedToken as err:
+        tok = err.token
+        if tok.type == "$END":
+            lines = text.splitlines() or [""]
+            line, col = len(lines), len(lines[-1]) + 1
+            message = f"unexpected end of file, expected {_describe_expected(err.expected)}"
+        else:
+            line, col = tok.line, tok.column
+            message = (f"unexpected {tok.value!r}, expected "
+                       f"{_describe_expected(err.expected)}")
+        raise SourceError(message, filename, line, col, _line(text, line)) from None
+    except lark.exceptions.UnexpectedEOF as err:
+        lines = text.splitlines() or [""]
+        raise SourceError(f"unexpected end of file, expected {_describe_expected(err.expected)}",
+                          filename, len(lines), len(lines[-1]) + 1, lines[-1]) from None
+
+
+def error_at(meta_or_token, message: str, text: str, filename: str) -> SourceError:
+    """A SourceError at a tree node (``meta``) or token position."""
+    line = getattr(meta_or_token, "line", 0) or 0
+    col = getattr(meta_or_token, "column", 0) or 0
+    return SourceError(message, filename, line, col, _line(text, line))

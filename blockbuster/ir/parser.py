@@ -1,0 +1,165 @@
+"""Parse the text form of block programs (what :mod:`.printer` writes)."""
+
+from __future__ import annotations
+
+import math
+
+import lark
+
+from ..errors import SourceError
+from . import expr as E
+from .grammar import error_at, parse
+from .index import IBin, IConst, IVar
+from .ops import check_arity
+from .program import Kernel, Program, Store
+from .types import Dim, GlobalArray
+from .verify import verify
+
+
+def build_index(tree) -> object:
+    """A block-index tree (``ivar``/``iconst``/``iadd``...) to an :class:`Idx`."""
+    if isinstance(tree, lark.Token):
+        return IVar(str(tree)) if tree.type == "NAME" else IConst(int(tree))
+    kind = tree.data
+    if kind == "ivar":
+        return IVar(str(tree.children[0]))
+    if kind == "iconst":
+        return IConst(int(tree.children[0]))
+    op = {"iadd": "+", "isub": "-", "imul": "*", "ifloordiv": "//"}[kind]
+    return IBin(op, build_index(tree.children[0]), build_index(tree.children[1]))
+
+
+def parse_number(tree) -> float:
+    tok = tree.children[0]
+    text = str(tok)
+    if tok.type == "INF":
+        return -math.inf if text.startswith("-") else math.inf
+    return float(text)
+
+
+class TermBuilder:
+    """Builds expressions from term trees. ``resolve_ref`` decides what a bare name
+    means: a let binding in a program, a pattern variable in a rule."""
+
+    def __init__(self, text: str, filename: str):
+        self.text = text
+        self.filename = filename
+
+    def error(self, node, message: str) -> SourceError:
+        return error_at(getattr(node, "meta", node), message, self.text, self.filename)
+
+    def resolve_ref(self, name: str, node):
+        raise self.error(node, f"unknown name '{name}'")
+
+    def build(self, tree):
+        kind = tree.data
+        ch = tree.children
+        if kind == "ref":
+            return self.resolve_ref(str(ch[0]), ch[0])
+        if kind == "number":
+            return E.const(parse_number(tree))
+        if kind == "load":
+            return E.load(str(ch[0]), *(build_index(c) for c in ch[1:]))
+        if kind == "pos":
+            return E.pos(str(ch[0]), build_index(ch[1]))
+        if kind == "proj":
+            return E.proj(self.build(ch[0]), int(ch[1]))
+        if kind == "call":
+            return self.build_call(tree, str(ch[0]), [c for c in ch[1:] if c is not None])
+        if kind == "binder":
+            return self.build_binder(tree)
+        raise self.error(tree, f"unexpected {kind}")  # pragma: no cover - grammar bug
+
+    def build_call(self, tree, name: str, args):
+        if name == "runmax":
+            if len(args) != 2 or any(a.data != "ref" for a in args):
+                raise self.error(tree, "runmax takes a loop variable and a dimension: "
+                                       "runmax(j, N)")
+            return E.runmax(str(args[0].children[0]), str(args[1].children[0]))
+        message = check_arity(name, len(args))
+        if message:
+            raise self.error(tree.children[0], message)
+        return E.call(name, *(self.build(a) for a in args))
+
+    def build_range(self, rng):
+        if rng.data == "full_range":
+            return str(rng.children[0]), None, None
+        dim, lo, _colon, hi = rng.children
+        return (str(dim), None if lo is None else build_index(lo),
+                None if hi is None else build_index(hi))
+
+    def build_binder(self, tree):
+        name, var, rng, *bodies = tree.children
+        dim, lo, hi = self.build_range(rng)
+        built = [self.build(b) for b in bodies]
+        if str(name) == "map":
+            if len(built) != 1 or lo is not None or hi is not None:
+                raise self.error(tree, "map takes one body over a whole dimension: "
+                                       "map(n in N: e)")
+            return E.map_(str(var), dim, built[0])
+        return E.reduce(str(name), str(var), dim, *built, lo=lo, hi=hi)
+
+
+class _ProgramBuilder(TermBuilder):
+    def __init__(self, text, filename):
+        super().__init__(text, filename)
+        self.lets: dict[str, E.Expr] = {}
+
+    def resolve_ref(self, name, node):
+        if name in self.lets:
+            return self.lets[name]
+        raise self.error(node, f"unknown name '{name}' (not a let binding of this kernel)")
+
+    def program(self, tree) -> Program:
+        name, *items = tree.children
+        dims, arrays, inputs, outputs, kernels = [], [], [], [], []
+        for item in items:
+            if item.data == "tiled_dim":
+                n, size, block = item.children
+                dims.append(self._dim(item, str(n), int(size), int(block), False))
+            elif item.data == "point_dim":
+                n, size = item.children
+                dims.append(self._dim(item, str(n), int(size), 1, True))
+            elif item.data == "array_decl":
+                role, n, *dnames = item.children
+                arrays.append(GlobalArray(str(n), tuple(str(d) for d in dnames if d is not None)))
+                {"input": inputs, "output": outputs}.get(str(role), []).append(str(n))
+            else:
+                kernels.append(self.kernel(item))
+        return Program(str(name), tuple(dims), tuple(arrays), tuple(inputs),
+                       tuple(outputs), tuple(kernels))
+
+    def _dim(self, node, name, size, block, point):
+        if size < 1 or block < 1:
+            raise self.error(node, f"dimension {name}: sizes must be positive")
+        return Dim(name, size, block, point)
+
+    def kernel(self, tree) -> Kernel:
+        name, *rest = tree.children
+        self.lets = {}
+        loops, stores = [], []
+        for item in rest:
+            if item.data == "loop":
+                loops.append((str(item.children[0]), str(item.children[1])))
+            elif item.data == "let":
+                let_name, value = item.children
+                if str(let_name) in self.lets:
+                    raise self.error(item, f"let '{let_name}' is bound twice")
+                self.lets[str(let_name)] = self.build(value)
+            else:
+                array, *subs, value = item.children
+                index = tuple(None if _is_colon(sub.children[0]) else build_index(sub.children[0])
+                              for sub in subs)
+                stores.append(Store(str(array), index, self.build(value)))
+        return Kernel(str(name), tuple(loops), tuple(stores))
+
+
+def _is_colon(node) -> bool:
+    return isinstance(node, lark.Token) and node.type == "COLON"
+
+
+def parse_program(text: str, filename: str = "<program>", check: bool = True) -> Program:
+    """Parse a block program; verify it unless ``check`` is false."""
+    tree = parse(text, "program", filename)
+    program = _ProgramBuilder(text, filename).program(tree)
+    return verify(program) if check else program

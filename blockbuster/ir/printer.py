@@ -1,0 +1,124 @@
+"""The text form of block programs (the parser in :mod:`.parser` reads it back).
+
+Shared sub-expressions whose variables are all kernel loop variables are printed
+once, as ``let`` bindings before the stores; everything else is printed inline
+(hash-consing makes the parser rebuild the same DAG either way).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .expr import Expr
+from .index import Idx
+from .program import Kernel, Program, Store
+
+_LEAVES = ("load", "const", "pos", "runmax")
+
+
+def format_float(value: float) -> str:
+    text = repr(float(value))
+    return text
+
+
+def format_index(ix: Idx | None) -> str:
+    return ":" if ix is None else str(ix)
+
+
+def _format_range(attr) -> str:
+    if attr.lo is None and attr.hi is None:
+        return attr.dim
+    lo = "" if attr.lo is None else str(attr.lo)
+    hi = "" if attr.hi is None else str(attr.hi)
+    return f"{attr.dim}[{lo} : {hi}]"
+
+
+def format_expr(e: Expr, names: dict[Expr, str] | None = None) -> str:
+    """One expression; nodes in ``names`` print as their let name."""
+    names = names or {}
+    memo: dict[Expr, str] = {}
+
+    def go(n: Expr, top: bool = False) -> str:
+        if not top and n in names:
+            return names[n]
+        hit = memo.get(n)
+        if hit is not None:
+            return hit
+        op = n.op
+        if op == "load":
+            text = f"{n.attr.array}[{', '.join(map(str, n.attr.index))}]"
+        elif op == "const":
+            text = format_float(n.attr)
+        elif op == "pos":
+            text = f"pos({n.attr.dim}, {n.attr.index})"
+        elif op == "runmax":
+            text = f"runmax({n.attr.var}, {n.attr.dim})"
+        elif op == "proj":
+            text = f"{go(n.args[0])}.{n.attr}"
+        elif op == "reduce":
+            bodies = ", ".join(go(b) for b in n.args)
+            text = f"{n.attr.combiner}({n.attr.var} in {_format_range(n.attr)}: {bodies})"
+        elif op == "map":
+            text = f"map({n.attr.var} in {n.attr.dim}: {go(n.args[0])})"
+        else:
+            text = f"{op}({', '.join(go(a) for a in n.args)})"
+        memo[n] = text
+        return text
+
+    return go(e, top=True)
+
+
+def let_bindings(kernel: Kernel) -> list[Expr]:
+    """Nodes worth naming: shared, not leaves, and defined at the kernel's level."""
+    uses: Counter = Counter()
+    loop_vars = set(kernel.loop_vars)
+    for store in kernel.stores:
+        seen = set()
+        for node in store.value.walk():
+            for child in node.args:
+                uses[child] += 1
+            seen.add(node)
+        uses[store.value] += 1
+    order = []
+    seen_all: set = set()
+    for store in kernel.stores:
+        for node in store.value.walk():
+            if node in seen_all:
+                continue
+            seen_all.add(node)
+            if (uses[node] > 1 and node.op not in _LEAVES
+                    and node.free_vars <= loop_vars):
+                order.append(node)
+    return order
+
+
+def format_store(store: Store, names: dict[Expr, str]) -> str:
+    index = ", ".join(format_index(i) for i in store.index)
+    return f"{store.array}[{index}] = {format_expr(store.value, names) if store.value not in names else names[store.value]}"
+
+
+def format_kernel(kernel: Kernel) -> list[str]:
+    loops = ", ".join(f"{v} in {d}" for v, d in kernel.loops)
+    lines = [f"kernel {kernel.name} for {loops}:"]
+    names: dict[Expr, str] = {}
+    for node in let_bindings(kernel):
+        text = format_expr(node, names)
+        names[node] = f"t{len(names)}"
+        lines.append(f"  let {names[node]} = {text}")
+    for store in kernel.stores:
+        lines.append("  " + format_store(store, names))
+    return lines
+
+
+def format_program(p: Program) -> str:
+    lines = [f"program {p.name}"]
+    for d in p.dims:
+        lines.append(f"dim {d.name} = {d.size} point" if d.point
+                     else f"dim {d.name} = {d.size} block {d.block}")
+    role = {n: "input" for n in p.inputs}
+    role.update({n: "output" for n in p.outputs})
+    for a in p.arrays:
+        lines.append(f"{role.get(a.name, 'array')} {a.name}[{', '.join(a.dims)}]")
+    for k in p.kernels:
+        lines.extend(format_kernel(k))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,107 @@
+"""Kernels and programs.
+
+A :class:`Kernel` is a parallel map over block indices (``for i in M, j in N``) whose
+body stores output blocks. A store is the only way a value reaches global memory and
+a ``load`` the only way one comes back: data movement between tiers is explicit.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import attrs
+
+from .expr import Expr
+from .index import Idx
+from .types import Dim, GlobalArray
+
+
+@attrs.frozen(cache_hash=True)
+class Store:
+    """``array[index] = value``. A ``None`` subscript (printed ``:``) stores every
+    block along that dimension from a ``map`` value, outermost map first."""
+
+    array: str
+    index: tuple[Idx | None, ...]
+    value: Expr
+
+
+@attrs.frozen(cache_hash=True)
+class Kernel:
+    name: str
+    loops: tuple[tuple[str, str], ...]     # (variable, dimension), outermost first
+    stores: tuple[Store, ...]
+
+    @property
+    def loop_vars(self) -> tuple[str, ...]:
+        return tuple(v for v, _ in self.loops)
+
+    def reads(self) -> frozenset[str]:
+        """Global arrays this kernel loads."""
+        return frozenset(n.attr.array for s in self.stores for n in s.value.walk()
+                         if n.op == "load")
+
+    def writes(self) -> tuple[str, ...]:
+        return tuple(s.array for s in self.stores)
+
+
+@attrs.frozen(cache_hash=True)
+class Program:
+    name: str
+    dims: tuple[Dim, ...]
+    arrays: tuple[GlobalArray, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    kernels: tuple[Kernel, ...]
+
+    # -- lookups ---------------------------------------------------------------
+    def dim(self, name: str) -> Dim:
+        for d in self.dims:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    @property
+    def dim_map(self) -> dict[str, Dim]:
+        return {d.name: d for d in self.dims}
+
+    def array(self, name: str) -> GlobalArray:
+        for a in self.arrays:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def array_map(self) -> dict[str, GlobalArray]:
+        return {a.name: a for a in self.arrays}
+
+    @property
+    def intermediates(self) -> tuple[str, ...]:
+        """Global arrays that are neither inputs nor outputs."""
+        io = set(self.inputs) | set(self.outputs)
+        return tuple(a.name for a in self.arrays if a.name not in io)
+
+    def producer(self, array: str) -> Kernel | None:
+        for k in self.kernels:
+            if array in k.writes():
+                return k
+        return None
+
+    def consumers(self, array: str) -> list[Kernel]:
+        return [k for k in self.kernels if array in k.reads()]
+
+    def shape(self, array: str) -> tuple[int, ...]:
+        dims = self.dim_map
+        return tuple(dims[d].size for d in self.array(array).dims)
+
+    def exprs(self) -> Iterator[Expr]:
+        for k in self.kernels:
+            for s in k.stores:
+                yield s.value
+
+    def evolve(self, **changes) -> "Program":
+        return attrs.evolve(self, **changes)
+
+    def __str__(self) -> str:
+        from .printer import format_program
+        return format_program(self)

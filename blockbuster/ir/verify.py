@@ -1,0 +1,236 @@
+"""The verifier: rejects ill-formed block programs with a message naming the node.
+
+It checks names (dims, arrays, kernels), types (ranks, dimension agreement in
+``dot`` and broadcasts, combiner arities), scopes (every block-index variable is
+bound by the kernel, a ``reduce`` or a ``map``; ``runmax`` only inside its
+``online_softmax``), stores (each block written exactly once) and the dataflow order
+(every array is produced by exactly one kernel, before it is read).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..errors import IRError
+from .combiners import COMBINERS
+from .expr import Expr
+from .index import IVar, Idx, free_vars as idx_free_vars
+from .ops import OPS, OpTypeError, check_arity
+from .program import Kernel, Program
+from .types import SCALAR, ArrayType, BlockType, TupleType
+
+# A scope maps a bound variable to (dimension, rows of its running max or None).
+Scope = Mapping[str, tuple[str, str | None]]
+
+
+def _snippet(e: Expr) -> str:
+    from .printer import format_expr
+    text = format_expr(e)
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+class TypeChecker:
+    """Types expressions in the context of one program."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.dims = program.dim_map
+        self.arrays = program.array_map
+        self._memo: dict = {}
+
+    def block_type_of_array(self, name: str) -> BlockType:
+        return BlockType(tuple(d for d in self.arrays[name].dims if not self.dims[d].point))
+
+    def type_of(self, e: Expr, scope: Scope, where: str = ""):
+        key = (e, tuple(sorted((v, scope[v]) for v in e.free_vars if v in scope)))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        t = self._infer(e, scope, where)
+        self._memo[key] = t
+        return t
+
+    def _fail(self, e: Expr, where: str, message: str):
+        raise IRError(f"{where}: {message} in `{_snippet(e)}`")
+
+    def _check_index(self, e: Expr, ix: Idx, dim: str | None, scope: Scope, where: str):
+        for v in idx_free_vars(ix):
+            if v not in scope:
+                self._fail(e, where, f"block index variable '{v}' is not bound here "
+                                     "(loads and positions must sit inside a kernel's loops)")
+        if dim is not None and isinstance(ix, IVar) and scope[ix.name][0] != dim:
+            self._fail(e, where, f"index '{ix.name}' runs over {scope[ix.name][0]} "
+                                 f"but indexes dimension {dim}")
+
+    def _infer(self, e: Expr, scope: Scope, where: str):
+        op = e.op
+        if op not in OPS:
+            self._fail(e, where, f"unknown operator '{op}'")
+        if op == "load":
+            name = e.attr.array
+            if name not in self.arrays:
+                self._fail(e, where, f"load of unknown array '{name}'")
+            dims = self.arrays[name].dims
+            if len(e.attr.index) != len(dims):
+                self._fail(e, where, f"array {name} has rank {len(dims)} but is indexed "
+                                     f"with {len(e.attr.index)} subscripts")
+            for ix, d in zip(e.attr.index, dims):
+                self._check_index(e, ix, d, scope, where)
+            return self.block_type_of_array(name)
+        if op == "const":
+            return SCALAR
+        if op == "pos":
+            if e.attr.dim not in self.dims:
+                self._fail(e, where, f"unknown dimension '{e.attr.dim}'")
+            self._check_index(e, e.attr.index, e.attr.dim, scope, where)
+            return BlockType((e.attr.dim,))
+        if op == "runmax":
+            var, rows = e.attr.var, e.attr.dim
+            if var not in scope or scope[var][1] is None:
+                self._fail(e, where, f"runmax({var}) outside an online_softmax over '{var}'")
+            if scope[var][1] != rows:
+                self._fail(e, where, f"runmax({var}) is along {scope[var][1]}, not {rows}")
+            return BlockType((rows,))
+        if op == "reduce":
+            return self._infer_reduce(e, scope, where)
+        if op == "map":
+            var, dim = e.attr.var, e.attr.dim
+            if dim not in self.dims:
+                self._fail(e, where, f"unknown dimension '{dim}'")
+            inner = dict(scope)
+            inner[var] = (dim, None)
+            return ArrayType(dim, self.type_of(e.args[0], inner, where))
+        message = check_arity(op, len(e.args))
+        if message:
+            self._fail(e, where, message)
+        arg_types = [self.type_of(a, scope, where) for a in e.args]
+        if op != "proj" and any(isinstance(t, (TupleType, ArrayType)) for t in arg_types):
+            self._fail(e, where, f"'{op}' cannot take a multi-output reduction or a map "
+                                 "array (use proj, or push the operation into the map)")
+        try:
+            return OPS[op].rule(arg_types, e.attr)
+        except OpTypeError as err:
+            self._fail(e, where, f"{op}: {err}")
+
+    def _infer_reduce(self, e: Expr, scope: Scope, where: str):
+        a = e.attr
+        comb = COMBINERS.get(a.combiner)
+        if comb is None:
+            self._fail(e, where, f"unknown combiner '{a.combiner}'")
+        if a.dim not in self.dims:
+            self._fail(e, where, f"unknown dimension '{a.dim}'")
+        n = len(e.args)
+        if n < comb.min_bodies or (comb.max_bodies is not None and n > comb.max_bodies):
+            self._fail(e, where, f"combiner '{a.combiner}' cannot take {n} bodies")
+        for bound in (a.lo, a.hi):
+            if bound is not None:
+                self._check_index(e, bound, None, scope, where)
+        inner = dict(scope)
+        inner[a.var] = (a.dim, None)
+        first = self.type_of(e.args[0], inner, where)
+        if a.combiner == "online_softmax":
+            if isinstance(first, BlockType) and len(first.axes) == 2:
+                inner[a.var] = (a.dim, first.axes[0])
+            else:
+                self._fail(e, where, f"online_softmax logits must be a 2-D block, got {first}")
+        types = [first] + [self.type_of(b, inner, where) for b in e.args[1:]]
+        try:
+            outs = comb.output_types(types)
+        except OpTypeError as err:
+            self._fail(e, where, f"{a.combiner}: {err}")
+        return outs[0] if len(outs) == 1 else TupleType(tuple(outs))
+
+
+def verify(program: Program) -> Program:
+    """Raise :class:`IRError` if the program is ill-formed; return it otherwise."""
+    dims = program.dim_map
+    if len(dims) != len(program.dims):
+        raise IRError(f"program {program.name}: a dimension is declared twice")
+    arrays = program.array_map
+    if len(arrays) != len(program.arrays):
+        raise IRError(f"program {program.name}: an array is declared twice")
+    for arr in program.arrays:
+        for d in arr.dims:
+            if d not in dims:
+                raise IRError(f"array {arr.name}: unknown dimension '{d}'")
+    for name in program.inputs + program.outputs:
+        if name not in arrays:
+            raise IRError(f"program {program.name}: '{name}' is listed as an input or "
+                          "output but not declared")
+    overlap = set(program.inputs) & set(program.outputs)
+    if overlap:
+        raise IRError(f"program {program.name}: {sorted(overlap)[0]} is both an input and an output")
+
+    checker = TypeChecker(program)
+    written: dict[str, str] = {}
+    kernel_names: set[str] = set()
+    for kernel in program.kernels:
+        if kernel.name in kernel_names:
+            raise IRError(f"kernel '{kernel.name}' is defined twice")
+        kernel_names.add(kernel.name)
+        for array in sorted(kernel.reads()):
+            if array in arrays and array not in program.inputs and array not in written:
+                later = program.producer(array)
+                reason = (f"is produced later, by kernel '{later.name}'" if later
+                          else "is never produced")
+                raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
+        _verify_kernel(kernel, program, checker)
+        for store in kernel.stores:
+            if store.array in program.inputs:
+                raise IRError(f"kernel '{kernel.name}' writes input array {store.array}")
+            if store.array in written:
+                raise IRError(f"array {store.array} is written by both kernel "
+                              f"'{written[store.array]}' and kernel '{kernel.name}'")
+            written[store.array] = kernel.name
+    for name in program.outputs:
+        if name not in written:
+            raise IRError(f"output {name} is never written by any kernel")
+    return program
+
+
+def _verify_kernel(kernel: Kernel, program: Program, checker: TypeChecker) -> None:
+    dims = program.dim_map
+    where = f"kernel '{kernel.name}'"
+    if not kernel.loops:
+        raise IRError(f"{where}: a kernel needs at least one parallel loop")
+    if not kernel.stores:
+        raise IRError(f"{where}: a kernel must store at least one block")
+    scope: dict[str, tuple[str, str | None]] = {}
+    for var, dim in kernel.loops:
+        if dim not in dims:
+            raise IRError(f"{where}: loop '{var}' over unknown dimension '{dim}'")
+        if var in scope:
+            raise IRError(f"{where}: loop variable '{var}' is bound twice")
+        scope[var] = (dim, None)
+    for store in kernel.stores:
+        swhere = f"{where}, store to {store.array}"
+        if store.array not in program.array_map:
+            raise IRError(f"{swhere}: unknown array '{store.array}'")
+        array = program.array(store.array)
+        if len(store.index) != len(array.dims):
+            raise IRError(f"{swhere}: array has rank {len(array.dims)} but the store has "
+                          f"{len(store.index)} subscripts")
+        value_type = checker.type_of(store.value, scope, swhere)
+        used = []
+        for ix, d in zip(store.index, array.dims):
+            if ix is None:
+                if not isinstance(value_type, ArrayType) or value_type.dim != d:
+                    raise IRError(f"{swhere}: ':' along {d} needs a map over {d}, "
+                                  f"got {value_type}")
+                value_type = value_type.elem
+                continue
+            if not isinstance(ix, IVar) or ix.name not in scope:
+                raise IRError(f"{swhere}: store subscripts must be the kernel's loop "
+                              f"variables, got '{ix}'")
+            if scope[ix.name][0] != d:
+                raise IRError(f"{swhere}: index '{ix.name}' runs over {scope[ix.name][0]} "
+                              f"but indexes dimension {d}")
+            used.append(ix.name)
+        missing = [v for v in kernel.loop_vars if v not in used]
+        if missing:
+            raise IRError(f"{swhere}: loop variable '{missing[0]}' is not a subscript, "
+                          "so every iteration would write the same block")
+        expected = checker.block_type_of_array(store.array)
+        if value_type != expected:
+            raise IRError(f"{swhere}: value has type {value_type} but the array's "
+                          f"blocks are {expected}")

@@ -1,0 +1,1 @@
+"""The shipped .bbr rule sets."""
