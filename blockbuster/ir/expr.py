@@ -42,7 +42,7 @@ class LoadAttr:
 
 @attrs.frozen(cache_hash=True)
 class BindAttr:
-    """A loop variable bound over a dimension (``map``), or named (``runmax``, ``pos``)."""
+    """A block-index variable bound over a dimension (``map``)."""
 
     var: str
     dim: str
@@ -139,7 +139,7 @@ def _compute_free(e: Expr) -> frozenset[str]:
     elif e.op == "pos":
         out |= idx_free_vars(e.attr.index)
     elif e.op == "runmax":
-        out.add(e.attr.var)
+        out.add(e.attr)
     elif e.op == "reduce":
         out.discard(e.attr.var)
         for bound in (e.attr.lo, e.attr.hi):
@@ -180,8 +180,10 @@ def map_(var: str, dim: str, body: Expr) -> Expr:
     return Expr("map", (body,), BindAttr(var, dim))
 
 
-def runmax(var: str, dim: str) -> Expr:
-    return Expr("runmax", (), BindAttr(var, dim))
+def runmax(var: str) -> Expr:
+    """The running max of the enclosing ``online_softmax`` over ``var`` (its rows are
+    those of that reduction's logits)."""
+    return Expr("runmax", (), str(var))
 
 
 def pos(dim: str, index) -> Expr:

@@ -145,12 +145,13 @@ _add("load", 0, "leaf", None)
 _add("const", 0, "leaf", None)
 _add("pos", 0, "leaf", None)
 _add("runmax", 0, "leaf", None)
+_add("pvar", 0, "pattern", None)                  # a rule's pattern variable
 _add("reduce", None, "structural", None)
 _add("map", 1, "structural", None)
 
 #: Operators a user may write as ``name(args...)`` in a program or rule file.
 CALLABLE = frozenset(n for n, s in OPS.items()
-                     if s.kind not in ("leaf", "structural")) | {"proj"}
+                     if s.kind not in ("leaf", "structural", "pattern")) | {"proj"}
 
 
 def check_arity(name: str, nargs: int) -> str | None:

@@ -72,10 +72,10 @@ class TermBuilder:
 
     def build_call(self, tree, name: str, args):
         if name == "runmax":
-            if len(args) != 2 or any(a.data != "ref" for a in args):
-                raise self.error(tree, "runmax takes a loop variable and a dimension: "
-                                       "runmax(j, N)")
-            return E.runmax(str(args[0].children[0]), str(args[1].children[0]))
+            if len(args) != 1 or args[0].data != "ref":
+                raise self.error(tree, "runmax takes the loop variable of its "
+                                       "online_softmax: runmax(j)")
+            return E.runmax(str(args[0].children[0]))
         message = check_arity(name, len(args))
         if message:
             raise self.error(tree.children[0], message)

@@ -51,8 +51,10 @@ def format_expr(e: Expr, names: dict[Expr, str] | None = None) -> str:
             text = format_float(n.attr)
         elif op == "pos":
             text = f"pos({n.attr.dim}, {n.attr.index})"
+        elif op == "pvar":
+            text = n.attr
         elif op == "runmax":
-            text = f"runmax({n.attr.var}, {n.attr.dim})"
+            text = f"runmax({n.attr})"
         elif op == "proj":
             text = f"{go(n.args[0])}.{n.attr}"
         elif op == "reduce":
@@ -68,10 +70,33 @@ def format_expr(e: Expr, names: dict[Expr, str] | None = None) -> str:
     return go(e, top=True)
 
 
+def _captured(kernel: Kernel) -> set[Expr]:
+    """Nodes that occur somewhere below a binder (reduce/map) of one of their free
+    variables: their variables may not mean the kernel's loop variables there."""
+    captured: set[Expr] = set()
+    seen: set = set()
+
+    def visit(node: Expr, bound: frozenset):
+        key = (node, bound & node.free_vars)
+        if key in seen:
+            return
+        seen.add(key)
+        if node.free_vars & bound:
+            captured.add(node)
+        inner = bound | {node.attr.var} if node.op in ("reduce", "map") else bound
+        for child in node.args:
+            visit(child, inner)
+
+    for store in kernel.stores:
+        visit(store.value, frozenset())
+    return captured
+
+
 def let_bindings(kernel: Kernel) -> list[Expr]:
     """Nodes worth naming: shared, not leaves, and defined at the kernel's level."""
     uses: Counter = Counter()
     loop_vars = set(kernel.loop_vars)
+    captured = _captured(kernel)
     for store in kernel.stores:
         seen = set()
         for node in store.value.walk():
@@ -87,7 +112,7 @@ def let_bindings(kernel: Kernel) -> list[Expr]:
                 continue
             seen_all.add(node)
             if (uses[node] > 1 and node.op not in _LEAVES
-                    and node.free_vars <= loop_vars):
+                    and node.free_vars <= loop_vars and node not in captured):
                 order.append(node)
     return order
 

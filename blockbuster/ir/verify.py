@@ -85,12 +85,10 @@ class TypeChecker:
             self._check_index(e, e.attr.index, e.attr.dim, scope, where)
             return BlockType((e.attr.dim,))
         if op == "runmax":
-            var, rows = e.attr.var, e.attr.dim
+            var = e.attr
             if var not in scope or scope[var][1] is None:
                 self._fail(e, where, f"runmax({var}) outside an online_softmax over '{var}'")
-            if scope[var][1] != rows:
-                self._fail(e, where, f"runmax({var}) is along {scope[var][1]}, not {rows}")
-            return BlockType((rows,))
+            return BlockType((scope[var][1],))
         if op == "reduce":
             return self._infer_reduce(e, scope, where)
         if op == "map":
@@ -120,8 +118,9 @@ class TypeChecker:
         if a.dim not in self.dims:
             self._fail(e, where, f"unknown dimension '{a.dim}'")
         n = len(e.args)
-        if n < comb.min_bodies or (comb.max_bodies is not None and n > comb.max_bodies):
-            self._fail(e, where, f"combiner '{a.combiner}' cannot take {n} bodies")
+        if not comb.arity_ok(n):
+            self._fail(e, where, f"combiner '{a.combiner}' needs at least "
+                                 f"{comb.head + comb.min_passengers} bodies, got {n}")
         for bound in (a.lo, a.hi):
             if bound is not None:
                 self._check_index(e, bound, None, scope, where)

@@ -1,0 +1,271 @@
+"""Reading .bbr rule files: parsing, includes, and the static checks.
+
+Every mistake is a :class:`SourceError` located at ``FILE:LINE:COL``: syntax errors,
+unknown operators, combiners, guards or actions, wrong argument counts, a
+right-hand side using a variable its pattern does not bind, duplicate rule or phase
+names, a phase naming an unknown rule, a schedule naming an unknown phase, a missing
+included file, a file that is not text.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import lark
+
+from ..errors import SourceError
+from ..ir import expr as E
+from ..ir.combiners import COMBINERS
+from ..ir.grammar import error_at, parse
+from ..ir.parser import TermBuilder
+from .ast import Guard, Phase, RuleDef, RuleSet, SourceLoc
+from .vocabulary import ACTIONS, GUARDS
+
+
+def shipped_rulesets_dir() -> Path:
+    return Path(str(resources.files("blockbuster.rulesets")))
+
+
+def default_rules_path() -> Path:
+    return shipped_rulesets_dir() / "default.bbr"
+
+
+def read_text(path: Path, where: SourceError | None = None) -> str:
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise SourceError("not a text file (it contains NUL bytes)", str(path), 1, 1, "")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise SourceError(f"not a text file (invalid UTF-8 at byte {err.start})",
+                          str(path), line, 1, "") from None
+
+
+class _PatternBuilder(TermBuilder):
+    """Builds patterns: bare names are pattern variables; binders bind ``k`` and ``R``."""
+
+    def __init__(self, text, filename, withs=None, lhs=True):
+        super().__init__(text, filename)
+        self.withs = withs if withs is not None else {}
+        self.lhs = lhs
+        self.names: set[str] = set()          # pattern variables seen
+        self.binder_vars: set[str] = set()
+        self.ranges: set[str] = set()
+        self.refs: list[tuple[str, object]] = []
+
+    def resolve_ref(self, name, node):
+        if name in self.withs:
+            return self.withs[name]
+        self.names.add(name)
+        self.refs.append((name, node))
+        return E.Expr("pvar", (), name)
+
+    def build(self, tree):
+        if tree.data == "load":
+            raise self.error(tree, "loads cannot appear in rewrite rules: rules are generic, "
+                                   "match the value with a pattern variable instead")
+        return super().build(tree)
+
+    def build_call(self, tree, name, args):
+        if name == "runmax" and len(args) == 1 and args[0].data == "ref":
+            var = str(args[0].children[0])
+            if self.lhs:
+                self.binder_vars.add(var)
+            else:
+                self.refs.append((var, args[0].children[0]))
+            return E.runmax(var)
+        return super().build_call(tree, name, args)
+
+    def build_binder(self, tree):
+        name, var, rng = tree.children[:3]
+        if str(name) != "map" and str(name) not in COMBINERS:
+            raise self.error(tree.children[0], f"unknown combiner '{name}' "
+                             f"(known: {', '.join(COMBINERS)}, and map)")
+        if rng.data != "full_range":
+            raise self.error(rng, "a pattern matches a reduction's whole range: "
+                                  f"write '{var} in {rng.children[0]}'")
+        if self.lhs:
+            self.binder_vars.add(str(var))
+            self.ranges.add(str(rng.children[0]))
+        else:
+            self.refs.append((str(var), var))
+            self.refs.append((str(rng.children[0]), rng.children[0]))
+        return super().build_binder(tree)
+
+
+class RuleFileLoader:
+    def __init__(self):
+        self.rules: dict[str, RuleDef] = {}
+        self.phases: list[Phase] = []
+        self.schedule: tuple[str, ...] | None = None
+        self.schedule_loc: tuple | None = None
+        self.files: list[str] = []
+        self._loaded: set[Path] = set()
+
+    # -- files -----------------------------------------------------------------
+    def load_file(self, path: Path, display: str | None = None) -> None:
+        path = Path(path)
+        display = display or str(path)
+        resolved = path.resolve()
+        if resolved in self._loaded:
+            return                      # included twice (or a cycle): load once
+        self._loaded.add(resolved)
+        if not path.is_file():
+            raise SourceError(f"no such rule file: {display}", display)
+        text = read_text(path)
+        self.files.append(display)
+        self.load_text(text, display, base=path.parent)
+
+    def load_text(self, text: str, filename: str, base: Path | None = None) -> None:
+        tree = parse(text, "rulefile", filename)
+        for item in tree.children:
+            handler = getattr(self, f"_{item.data}")
+            handler(item, text, filename, base)
+
+    # -- items -----------------------------------------------------------------
+    def _include(self, item, text, filename, base):
+        # Relative to the including file first, then the shipped rule sets.
+        raw = str(item.children[0])[1:-1]
+        local = (base or Path.cwd()) / raw
+        if local.is_file():
+            return self.load_file(local, str(Path(filename).parent / raw))
+        shipped = shipped_rulesets_dir() / raw
+        if shipped.is_file():
+            return self.load_file(shipped)
+        raise error_at(item.children[0], f"included file not found: {raw}", text, filename)
+
+    def _rule(self, item, text, filename, base):
+        name_tok, body, guard = item.children
+        name = str(name_tok)
+        loc = SourceLoc(filename, name_tok.line, name_tok.column)
+        if name in self.rules:
+            first = self.rules[name].loc
+            raise error_at(name_tok, f"duplicate rule name '{name}' (first defined at {first})",
+                           text, filename)
+        rule_text = text[item.meta.start_pos:item.meta.end_pos]
+        if body.data == "rewrite":
+            rule = self._rewrite_rule(name, loc, body, guard, text, filename, rule_text)
+        else:
+            rule = self._action_rule(name, loc, body, guard, text, filename, rule_text)
+        self.rules[name] = rule
+
+    def _rewrite_rule(self, name, loc, body, guard, text, filename, rule_text):
+        lhs_tree, rhs_tree, *with_trees = body.children
+        if lhs_tree.data == "ref":
+            raise error_at(lhs_tree, "a pattern must start with an operator, not a bare "
+                                     "variable", text, filename)
+        lhs_b = _PatternBuilder(text, filename)
+        lhs = lhs_b.build(lhs_tree)
+        bound = lhs_b.names | lhs_b.binder_vars | lhs_b.ranges
+        withs: dict = {}
+        rhs_b = _PatternBuilder(text, filename, withs, lhs=False)
+        for w in with_trees:
+            wname, wexpr = w.children
+            if str(wname) in bound or str(wname) in withs:
+                raise error_at(wname, f"'{wname}' is already bound in this rule", text, filename)
+            withs[str(wname)] = rhs_b.build(wexpr)
+        rhs = rhs_b.build(rhs_tree)
+        for ref, node in rhs_b.refs:
+            if ref not in bound and ref not in withs:
+                raise error_at(node, f"right-hand side uses '{ref}', which the pattern does "
+                                     "not bind", text, filename)
+        guards = self._guards(guard, text, filename,
+                              {"expr": lhs_b.names, "var": lhs_b.binder_vars})
+        return RuleDef(name, loc, "rewrite", guards, lhs=lhs, rhs=rhs, text=rule_text)
+
+    def _action_rule(self, name, loc, body, guard, text, filename, rule_text):
+        action_tok, *args = body.children
+        args = [a for a in args if a is not None]
+        action = str(action_tok)
+        if action not in ACTIONS:
+            raise error_at(action_tok, f"unknown action '{action}' (known: "
+                                       f"{', '.join(ACTIONS)})", text, filename)
+        params = ACTIONS[action][0]
+        if len(args) != len(params):
+            raise error_at(action_tok, f"action '{action}' takes {len(params)} argument"
+                                       f"{'s' if len(params) != 1 else ''}, got {len(args)}",
+                           text, filename)
+        guards = self._guards(guard, text, filename, {"array": {str(a) for a in args}})
+        return RuleDef(name, loc, "action", guards, action=action,
+                       action_args=tuple(str(a) for a in args), text=rule_text)
+
+    def _guards(self, guard, text, filename, names_by_kind) -> tuple[Guard, ...]:
+        if guard is None:
+            return ()
+        out = []
+        for pred in guard.children:
+            negated = False
+            while pred.data == "negated":
+                negated = not negated
+                pred = pred.children[0]
+            name_tok, *args = pred.children
+            args = [a for a in args if a is not None]
+            gname = str(name_tok)
+            if gname not in GUARDS:
+                raise error_at(name_tok, f"unknown guard predicate '{gname}' (known: "
+                                         f"{', '.join(GUARDS)})", text, filename)
+            kinds = GUARDS[gname][0]
+            if len(args) != len(kinds):
+                raise error_at(name_tok, f"guard '{gname}' takes {len(kinds)} argument"
+                                         f"{'s' if len(kinds) != 1 else ''}, got {len(args)}",
+                               text, filename)
+            names = []
+            for arg, kind in zip(args, kinds):
+                if arg.data != "ref":
+                    raise error_at(arg.meta, f"guard '{gname}' takes names, not expressions",
+                                   text, filename)
+                aname = str(arg.children[0])
+                allowed = names_by_kind.get(kind, set())
+                if aname not in allowed:
+                    what = {"expr": "a pattern variable", "var": "a loop variable bound by "
+                            "the pattern", "array": "the action's array"}[kind]
+                    raise error_at(arg.children[0], f"guard '{gname}': '{aname}' is not "
+                                                    f"{what}", text, filename)
+                names.append(aname)
+            out.append(Guard(gname, tuple(names), negated))
+        return tuple(out)
+
+    def _phase(self, item, text, filename, base):
+        name_tok, *rule_toks = item.children
+        if any(p.name == str(name_tok) for p in self.phases):
+            raise error_at(name_tok, f"duplicate phase name '{name_tok}'", text, filename)
+        for tok in rule_toks:
+            if str(tok) not in self.rules:
+                raise error_at(tok, f"phase '{name_tok}' names unknown rule '{tok}'",
+                               text, filename)
+        self.phases.append(Phase(str(name_tok), tuple(str(t) for t in rule_toks),
+                                 SourceLoc(filename, name_tok.line, name_tok.column)))
+
+    def _schedule(self, item, text, filename, base):
+        known = {p.name for p in self.phases}
+        for tok in item.children:
+            if str(tok) not in known:
+                raise error_at(tok, f"schedule names unknown phase '{tok}'", text, filename)
+        self.schedule = tuple(str(t) for t in item.children)
+
+    def result(self) -> RuleSet:
+        phases = tuple(self.phases)
+        if not phases:      # no phases: every rule in one phase, in file order
+            phases = (Phase("all", tuple(self.rules), SourceLoc("<implicit>", 0, 0)),)
+        schedule = self.schedule or tuple(p.name for p in phases)
+        return RuleSet(dict(self.rules), phases, schedule, tuple(self.files))
+
+
+def load_rules(*paths) -> RuleSet:
+    """Load and check rule files (later files may refer to earlier files' rules)."""
+    loader = RuleFileLoader()
+    for p in paths:
+        loader.load_file(Path(p))
+    return loader.result()
+
+
+def load_rules_text(text: str, filename: str = "<rules>") -> RuleSet:
+    loader = RuleFileLoader()
+    loader.load_text(text, filename, base=None)
+    return loader.result()
+
+
+def default_rules() -> RuleSet:
+    return load_rules(default_rules_path())

@@ -1,0 +1,34 @@
+"""The fixed vocabulary a rule file may use besides operators: guard predicates and
+built-in structural actions. The rule engine implements each entry
+(``blockbuster.rewrite.guards`` and ``blockbuster.rewrite.actions``); guards are
+evaluated by the engine, never by ``eval`` of user text.
+
+A parameter kind is ``expr`` (a pattern variable bound by the left-hand side),
+``var`` (a loop variable bound by a binder in the left-hand side) or ``array``
+(the array an action works on).
+"""
+
+from __future__ import annotations
+
+#: name -> (parameter kinds, one-line meaning)
+GUARDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "invariant": (("expr", "var"), "x does not depend on loop index k"),
+    "depends": (("expr", "var"), "x depends on loop index k"),
+    "scalar": (("expr",), "x is a scalar"),
+    "vector": (("expr",), "x is a vector (one value per row or column)"),
+    "block": (("expr",), "x is a 2-D block"),
+    "constant": (("expr",), "x is a literal constant"),
+    "intermediate": (("array",), "X is neither a program input nor an output"),
+    "same_index": (("array",), "every load of X reads it at its producer's own block "
+                               "index, so inlining recomputes nothing"),
+    "fits_local": (("array",), "after inlining X the consumer still fits the local tier"),
+}
+
+#: name -> (parameter kinds, one-line meaning)
+ACTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "inline": (("array",), "replace a load of X by the expression its producer stores "
+                           "(store->load elimination)"),
+    "drop_dead": ((), "delete kernels whose intermediate arrays nobody loads"),
+    "merge_reductions": ((), "merge reductions over the same range in one kernel into "
+                             "one multi-output reduction (shared loop)"),
+}

@@ -1,0 +1,223 @@
+"""Built-in structural actions: rewrites of the program, not of one expression.
+
+``inline``            a consumer's ``load X[e...]`` becomes the expression X's producer
+                      stores, re-indexed at ``e...`` (store->load elimination);
+``drop_dead``         a kernel whose intermediate arrays nobody loads is deleted;
+``merge_reductions``  two reductions over the same range in one kernel become one
+                      multi-output reduction (one loop, shared loads).
+
+Each action enumerates its applications in a deterministic order; the engine
+applies the first one whose guards hold, one application per step.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import attrs
+
+from ..ir.combiners import COMBINERS
+from ..ir.expr import Expr, ReduceAttr, proj
+from ..ir.index import IVar
+from ..ir.program import Kernel, Program
+from .subst import replace_nodes, substitute_index
+
+
+@attrs.frozen
+class Application:
+    """One way to apply an action: where, and the program it produces."""
+
+    kernel: str
+    before: Expr | None
+    after: Expr | None
+    bindings: dict
+    build: Callable[[], Program]
+
+
+def _replace_in_kernel(program: Program, kernel: Kernel, mapping: dict) -> Program:
+    stores = tuple(attrs.evolve(s, value=replace_nodes(s.value, mapping)) for s in kernel.stores)
+    new = attrs.evolve(kernel, stores=stores)
+    return program.evolve(kernels=tuple(new if k is kernel else k for k in program.kernels))
+
+
+# --- inline ---------------------------------------------------------------------
+
+def producer_value_at(program: Program, load: Expr) -> Expr:
+    """What ``load`` reads, computed instead: the producer's stored expression with
+    its loop variables (and map variables for ':' subscripts) set to the load's
+    subscripts."""
+    array = load.attr.array
+    kernel = program.producer(array)
+    store = next(s for s in kernel.stores if s.array == array)
+    mapping = {}
+    value = store.value
+    for sub, ix in zip(store.index, load.attr.index):
+        if sub is None:                  # ':' -> pick the map element
+            mapping[value.attr.var] = ix
+            value = value.args[0]
+        else:
+            mapping[sub.name] = ix
+    # The map variables were peeled off above; substitute loops and maps together.
+    return substitute_index(value, mapping)
+
+
+def find_inline(program: Program) -> Iterator[Application]:
+    for kernel in program.kernels:
+        seen: set = set()
+        for store in kernel.stores:
+            for node in store.value.walk():
+                if node.op != "load" or node in seen:
+                    continue
+                seen.add(node)
+                if program.producer(node.attr.array) is None:
+                    continue
+                yield _inline_application(program, kernel, node)
+
+
+def _inline_application(program, kernel, load) -> Application:
+    def build():
+        return _replace_in_kernel(program, kernel, {load: producer_value_at(program, load)})
+    return Application(kernel.name, load, None, {"X": load.attr.array}, build)
+
+
+def inline_everywhere(program: Program, array: str) -> Program:
+    """``program`` with every load of ``array`` inlined (used by ``fits_local``)."""
+    for kernel in program.kernels:
+        loads = {n for s in kernel.stores for n in s.value.walk()
+                 if n.op == "load" and n.attr.array == array}
+        if loads:
+            current = next(k for k in program.kernels if k.name == kernel.name)
+            program = _replace_in_kernel(program, current,
+                                         {n: producer_value_at(program, n) for n in loads})
+    return program
+
+
+# --- drop_dead ------------------------------------------------------------------
+
+def find_dead(program: Program) -> Iterator[Application]:
+    read = set().union(*(k.reads() for k in program.kernels)) if program.kernels else set()
+    keep = set(program.outputs) | read
+    for kernel in program.kernels:
+        if any(s.array in keep for s in kernel.stores):
+            continue
+
+        def build(kernel=kernel):
+            dead = set(kernel.writes())
+            return program.evolve(
+                kernels=tuple(k for k in program.kernels if k is not kernel),
+                arrays=tuple(a for a in program.arrays if a.name not in dead))
+        yield Application(kernel.name, None, None, {}, build)
+
+
+# --- merge_reductions -----------------------------------------------------------
+
+def _occurrence_scopes(kernel: Kernel) -> dict[Expr, set]:
+    """For each node, the scopes (var -> binding site) it occurs in."""
+    scopes: dict[Expr, set] = {}
+    seen: set = set()
+    base = tuple((v, "kernel") for v in kernel.loop_vars)
+
+    def visit(n: Expr, scope: tuple):
+        key = (n, scope)
+        if key in seen:
+            return
+        seen.add(key)
+        scopes.setdefault(n, set()).add(scope)
+        if n.op in ("reduce", "map"):
+            inner = tuple((v, b) for v, b in scope if v != n.attr.var) + ((n.attr.var, id(n)),)
+        else:
+            inner = scope
+        for c in n.args:
+            visit(c, inner)
+
+    for s in kernel.stores:
+        visit(s.value, base)
+    return scopes
+
+
+def _outputs(r: Expr) -> int:
+    comb = COMBINERS[r.attr.combiner]
+    return comb.head_outputs + len(r.args) - comb.head
+
+
+def _merge(a: Expr, b: Expr) -> tuple[Expr, dict] | None:
+    """The merged reduction and how the old outputs map onto it, or None."""
+    ca, cb = COMBINERS[a.attr.combiner], COMBINERS[b.attr.combiner]
+    if a.attr.combiner == b.attr.combiner and a.args[: ca.head] == b.args[: cb.head]:
+        host, guest, gcomb = a, b, cb
+    elif b.attr.combiner == "sum" and ca.passenger == "sum":
+        host, guest, gcomb = a, b, cb
+    elif a.attr.combiner == "sum" and cb.passenger == "sum":
+        host, guest, gcomb = b, a, ca
+    else:
+        return None
+    hcomb = COMBINERS[host.attr.combiner]
+    # meanvar already sums its head's rows: sum(k: rowsum(x)) is its output 1.
+    if (host.attr.combiner == "meanvar" and guest.attr.combiner == "sum"
+            and len(guest.args) == 1 and guest.args[0] == Expr("rowsum", (host.args[0],))):
+        return host, {(guest, None): proj(host, 1)}
+    guest_passengers = guest.args[gcomb.head:]
+    merged = Expr("reduce", host.args + guest_passengers, host.attr)
+    mapping = {}
+    for node, offset, head_map in ((host, 0, True), (guest, None, False)):
+        n_out = _outputs(node)
+        comb = COMBINERS[node.attr.combiner]
+        for i in range(n_out):
+            if node is host:
+                j = i
+            elif i < comb.head_outputs:
+                j = i                   # same head, same head outputs
+            else:
+                j = _outputs(host) + (i - comb.head_outputs)
+            mapping[(node, i if n_out > 1 else None)] = proj(merged, j)
+    return merged, mapping
+
+
+def find_merge_reductions(program: Program) -> Iterator[Application]:
+    for kernel in program.kernels:
+        reduces = [n for s in kernel.stores for n in s.value.walk() if n.op == "reduce"]
+        reduces = list(dict.fromkeys(reduces))
+        if len(reduces) < 2:
+            continue
+        scopes = _occurrence_scopes(kernel)
+        for i, a in enumerate(reduces):
+            for b in reduces[i + 1:]:
+                app = _merge_application(program, kernel, a, b, scopes)
+                if app is not None:
+                    yield app
+
+
+def _same_range(a: Expr, b: Expr) -> bool:
+    return (a.attr.var, a.attr.dim, a.attr.lo, a.attr.hi) == (b.attr.var, b.attr.dim, b.attr.lo, b.attr.hi)
+
+
+def _merge_application(program, kernel, a, b, scopes):
+    if not _same_range(a, b):
+        return None
+    if a in set(b.walk()) or b in set(a.walk()):
+        return None                      # one feeds the other: not siblings
+    free = a.free_vars | b.free_vars
+    contexts = {tuple((v, site) for v, site in scope if v in free)
+                for node in (a, b) for scope in scopes[node]}
+    if len(contexts) != 1:
+        return None                      # the two are not evaluated in the same scope
+    merged = _merge(a, b)
+    if merged is None:
+        return None
+    new, outs = merged
+    mapping = {}
+    for (old, k), target in outs.items():
+        mapping[old if k is None else proj(old, k)] = target
+    if new is a or new is b:             # subsumption: only the guest goes
+        mapping = {k: v for k, v in mapping.items() if k is not new}
+
+    def build():
+        return _replace_in_kernel(program, kernel, mapping)
+    return Application(kernel.name, a, new, {}, build)
+
+
+ACTION_IMPLS: dict[str, Callable[[Program], Iterator[Application]]] = {
+    "inline": find_inline,
+    "drop_dead": find_dead,
+    "merge_reductions": find_merge_reductions,
+}

@@ -1,0 +1,241 @@
+"""The rule engine: phases to a fixpoint, under limits, with a derivation trace.
+
+A run applies the schedule's phases in order. Within a phase it repeatedly takes
+the first applicable rule application — kernels in program order, nodes children
+first, rules in phase order — applies it, and records a :class:`Step`, until
+nothing applies (``saturated``) or a limit stops it (``step_limit``, ``node_limit``,
+``time_limit``). The engine knows nothing about workloads: what fuses is decided
+entirely by the rule files.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import attrs
+
+from ..dsl.ast import RuleDef, RuleSet
+from ..errors import BlockbusterError, IRError
+from ..ir.expr import Expr
+from ..ir.program import Program
+from ..ir.verify import verify
+from .actions import ACTION_IMPLS, Application, _replace_in_kernel
+from .guards import RuleContext, guards_hold
+from .matcher import compile_pattern, instantiate
+
+
+@attrs.frozen
+class Limits:
+    max_steps: int = 10_000
+    max_nodes: int = 500_000
+    max_seconds: float = 120.0
+
+
+STOP_MESSAGES = {
+    "saturated": "no rule applies any more",
+    "step_limit": "stopped after the maximum number of rule applications; the rule set "
+                  "may not terminate on its own (e.g. a commutativity rule)",
+    "node_limit": "stopped because the program grew past the node limit",
+    "time_limit": "stopped at the time limit",
+}
+
+
+@attrs.frozen(eq=False)
+class Step:
+    index: int
+    phase: str
+    rule: str
+    location: str            # FILE:LINE:COL of the rule
+    kernel: str
+    before: Expr | None      # the node rewritten (None for whole-program actions)
+    after: Expr | None
+    program_before: Program
+    program_after: Program
+
+    def describe(self) -> str:
+        from ..ir.printer import format_expr
+        head = f"step {self.index}: {self.rule} ({self.location}) in kernel {self.kernel}"
+        if self.before is not None and self.after is not None:
+            return f"{head}\n    {_short(format_expr(self.before))}\n => {_short(format_expr(self.after))}"
+        if self.before is not None:
+            return f"{head}: {_short(format_expr(self.before))}"
+        return head
+
+
+def _short(text: str, width: int = 160) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+@attrs.frozen(eq=False)
+class FusionResult:
+    program: Program
+    trace: tuple[Step, ...] = ()
+    stop_reason: str = "saturated"
+    seconds: float = 0.0
+    original: Program | None = None
+
+    @property
+    def message(self) -> str:
+        return STOP_MESSAGES.get(self.stop_reason, self.stop_reason)
+
+    def rule_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in self.trace:
+            counts[s.rule] = counts.get(s.rule, 0) + 1
+        return counts
+
+    def derivation(self, programs: bool = True) -> str:
+        """The derivation step by step, in the text form, like the paper's figures."""
+        out = []
+        if self.original is not None:
+            out += ["== initial program", str(self.original)]
+        for step in self.trace:
+            out.append(f"== {step.describe()}")
+            if programs:
+                kernel = next((k for k in step.program_after.kernels if k.name == step.kernel),
+                              None)
+                if kernel is not None:
+                    from ..ir.printer import format_kernel
+                    out.extend(format_kernel(kernel))
+                else:
+                    out.append(f"(kernel {step.kernel} removed)")
+        out.append(f"== stop: {self.stop_reason} ({self.message}) after {len(self.trace)} steps")
+        return "\n".join(out)
+
+
+class RuleError(BlockbusterError):
+    """A rule produced an ill-formed program (an unsound or ill-typed rule)."""
+
+
+class CompiledRules:
+    """Rule matchers indexed by root operator, per phase."""
+
+    def __init__(self, rules: RuleSet):
+        self.rules = rules
+        self.matchers: dict[str, Callable] = {}
+        for name, rule in rules.rules.items():
+            if rule.kind == "rewrite":
+                self.matchers[name] = compile_pattern(rule.lhs)
+        self.by_phase: dict[str, tuple[dict[str, list[RuleDef]], list[RuleDef]]] = {}
+        for phase in rules.phases:
+            index: dict[str, list[RuleDef]] = {}
+            actions: list[RuleDef] = []
+            for rname in phase.rules:
+                rule = rules.rules[rname]
+                if rule.kind == "rewrite":
+                    index.setdefault(rule.root_op, []).append(rule)
+                else:
+                    actions.append(rule)
+            self.by_phase[phase.name] = (index, actions)
+
+
+class Engine:
+    def __init__(self, rules: RuleSet, limits: Limits | None = None, hardware=None,
+                 step_check: Callable[[Step], None] | None = None, use_index: bool = True):
+        self.compiled = CompiledRules(rules)
+        self.limits = limits or Limits()
+        self.hardware = hardware
+        self.step_check = step_check
+        self.use_index = use_index
+        self._no_match: set = set()     # (rule name, node): matching is context-free
+
+    # -- finding one application -------------------------------------------------
+    def _first_rewrite(self, program: Program, index: dict) -> tuple | None:
+        all_rules = [r for rules in index.values() for r in rules]
+        for kernel in program.kernels:
+            ctx = RuleContext(program, kernel, self.hardware)
+            seen: set = set()
+            for store in kernel.stores:
+                for node in store.value.walk():
+                    if node in seen:
+                        continue
+                    seen.add(node)
+                    candidates = index.get(node.op, ()) if self.use_index else all_rules
+                    for rule in candidates:
+                        key = (rule.name, node)
+                        if key in self._no_match:
+                            continue
+                        bindings: dict = {}
+                        if (self.compiled.matchers[rule.name](node, bindings)
+                                and guards_hold(rule, ctx, bindings)):
+                            new = instantiate(rule.rhs, bindings)
+                            if new is not node:
+                                return rule, kernel, node, new
+                        self._no_match.add(key)
+        return None
+
+    def _first_action(self, program: Program, actions: list[RuleDef]) -> tuple | None:
+        for rule in actions:
+            for app in ACTION_IMPLS[rule.action](program):
+                bindings = {param: value for param, value in
+                            zip(rule.action_args, app.bindings.values())}
+                if guards_hold(rule, RuleContext(program, None, self.hardware), bindings):
+                    return rule, app
+        return None
+
+    # -- the run -----------------------------------------------------------------
+    def run(self, program: Program) -> FusionResult:
+        start = time.perf_counter()
+        original = program
+        trace: list[Step] = []
+        limits = self.limits
+        stop = "saturated"
+        for phase in self.compiled.rules.schedule:
+            index, actions = self.compiled.by_phase[phase]
+            while True:
+                if len(trace) >= limits.max_steps:
+                    stop = "step_limit"
+                    break
+                if time.perf_counter() - start > limits.max_seconds:
+                    stop = "time_limit"
+                    break
+                found = self._first_rewrite(program, index)
+                if found is not None:
+                    rule, kernel, before, after = found
+                    new_program = _replace_in_kernel(program, kernel, {before: after})
+                    kernel_name = kernel.name
+                else:
+                    found = self._first_action(program, actions)
+                    if found is None:
+                        break
+                    rule, app = found
+                    new_program = app.build()
+                    kernel_name, before, after = app.kernel, app.before, app.after
+                self._check(rule, new_program)
+                step = Step(len(trace) + 1, phase, rule.name, str(rule.loc), kernel_name,
+                            before, after, program, new_program)
+                trace.append(step)
+                if self.step_check is not None:
+                    self.step_check(step)
+                program = new_program
+                if _node_count(program) > limits.max_nodes:
+                    stop = "node_limit"
+                    break
+            if stop != "saturated":
+                break
+        return FusionResult(program, tuple(trace), stop, time.perf_counter() - start, original)
+
+    @staticmethod
+    def _check(rule: RuleDef, program: Program) -> None:
+        try:
+            verify(program)
+        except IRError as err:
+            raise RuleError(f"{rule.loc}: rule '{rule.name}' produced an ill-formed "
+                            f"program: {err}") from None
+
+
+def _node_count(program: Program) -> int:
+    seen: set = set()
+    for e in program.exprs():
+        seen.update(e.walk())
+    return len(seen)
+
+
+def fuse(program: Program, rules: RuleSet | None = None, limits: Limits | None = None,
+         hardware=None, step_check=None) -> FusionResult:
+    """Fuse ``program`` with a rule set (default: the shipped default rules)."""
+    if rules is None:
+        from ..dsl.loader import default_rules
+        rules = default_rules()
+    return Engine(rules, limits, hardware, step_check).run(program)

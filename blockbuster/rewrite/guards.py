@@ -1,0 +1,111 @@
+"""The guard predicates of the rule language (vocabulary: ``dsl/vocabulary.py``).
+
+Each guard gets the rule context and the match's bindings; it looks at structure
+(free variables), types, or the program (which arrays are intermediates, how they
+are read), never at user-written code.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+
+from ..dsl.vocabulary import GUARDS
+from ..ir.expr import Expr
+from ..ir.index import free_vars as index_vars
+from ..ir.program import Kernel, Program
+from ..ir.types import BlockType
+from ..ir.verify import TypeChecker
+
+
+class _LenientChecker(TypeChecker):
+    """Types a sub-expression out of context: variables are assumed bound."""
+
+    def _check_index(self, e, ix, dim, scope, where):
+        return None
+
+
+@attrs.define
+class RuleContext:
+    program: Program
+    kernel: Kernel | None = None
+    hardware: object = None
+    _checker: TypeChecker | None = None
+
+    def type_of(self, e: Expr):
+        if self._checker is None:
+            self._checker = _LenientChecker(self.program)
+        scope = {v: ("?", "?") for v in e.free_vars}
+        try:
+            return self._checker.type_of(e, scope)
+        except Exception:
+            return None
+
+
+def _rank(ctx, e, r):
+    t = ctx.type_of(e)
+    return isinstance(t, BlockType) and len(t.axes) == r
+
+
+def _loads_of(program: Program, array: str):
+    """(kernel, load node, loop vars enclosing the load) for every load of ``array``."""
+    for k in program.kernels:
+        seen = set()
+
+        def visit(n: Expr, bound: tuple):
+            key = (n, bound)
+            if key in seen:
+                return
+            seen.add(key)
+            if n.op == "load" and n.attr.array == array:
+                yield k, n, bound
+            inner = bound + ((n.attr.var, n.attr.dim),) if n.op in ("reduce", "map") else bound
+            for c in n.args:
+                yield from visit(c, inner)
+
+        for s in k.stores:
+            yield from visit(s.value, tuple(k.loops))
+
+
+def same_index(ctx: RuleContext, array: str) -> bool:
+    """No load of ``array`` sits inside a loop (with more than one block) that its
+    subscripts do not use: inlining it then recomputes nothing."""
+    dims = ctx.program.dim_map
+    for _kernel, load, loops in _loads_of(ctx.program, array):
+        used = set().union(*(index_vars(ix) for ix in load.attr.index))
+        for var, dim in loops:
+            if var not in used and dims[dim].nblocks > 1:
+                return False
+    return True
+
+
+def fits_local(ctx: RuleContext, array: str) -> bool:
+    """Inlining ``array`` into its consumers keeps each one within the local tier."""
+    from .actions import inline_everywhere
+    from ..cost.model import cost
+    trial = inline_everywhere(ctx.program, array)
+    return cost(trial, ctx.hardware).fits
+
+
+GUARD_IMPLS: dict[str, Callable] = {
+    "invariant": lambda ctx, b, x, k: b[k] not in b[x].free_vars,
+    "depends": lambda ctx, b, x, k: b[k] in b[x].free_vars,
+    "scalar": lambda ctx, b, x: _rank(ctx, b[x], 0),
+    "vector": lambda ctx, b, x: _rank(ctx, b[x], 1),
+    "block": lambda ctx, b, x: _rank(ctx, b[x], 2),
+    "constant": lambda ctx, b, x: b[x].op == "const",
+    "intermediate": lambda ctx, b, a: b[a] in ctx.program.intermediates,
+    "same_index": lambda ctx, b, a: same_index(ctx, b[a]),
+    "fits_local": lambda ctx, b, a: fits_local(ctx, b[a]),
+}
+
+assert set(GUARD_IMPLS) == set(GUARDS), "every guard in the vocabulary is implemented"
+
+
+def guards_hold(rule, ctx: RuleContext, bindings: dict) -> bool:
+    for g in rule.guards:
+        ok = bool(GUARD_IMPLS[g.name](ctx, bindings, *g.args))
+        if ok == g.negated:
+            return False
+    return True

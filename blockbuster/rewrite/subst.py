@@ -1,0 +1,85 @@
+"""Substitution on expressions: replacing block-index variables (inlining a producer
+at the consumer's subscripts) and replacing sub-expressions (applying a rewrite).
+
+Binders (``reduce``, ``map``) may shadow outer variables; substitution is
+capture-avoiding: a binder whose variable occurs in a replacement is renamed first.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..ir.expr import BindAttr, Expr, LoadAttr, PosAttr
+from ..ir.index import Idx, IVar, free_vars as idx_free_vars, substitute as idx_subst
+import attrs
+
+
+def _fresh(base: str, avoid: set[str]) -> str:
+    n = 1
+    while f"{base}{n}" in avoid:
+        n += 1
+    return f"{base}{n}"
+
+
+def substitute_index(e: Expr, mapping: Mapping[str, Idx]) -> Expr:
+    """``e`` with free block-index variables replaced by index expressions."""
+    memo: dict[tuple, Expr] = {}
+
+    def go(n: Expr, m: Mapping[str, Idx]) -> Expr:
+        live = {v: ix for v, ix in m.items() if v in n.free_vars}
+        if not live:
+            return n
+        key = (n, tuple(sorted((v, ix) for v, ix in live.items())))
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        op, attr = n.op, n.attr
+        if op == "load":
+            out = Expr("load", (), LoadAttr(attr.array,
+                                            tuple(idx_subst(i, live) for i in attr.index)))
+        elif op == "pos":
+            out = Expr("pos", (), PosAttr(attr.dim, idx_subst(attr.index, live)))
+        elif op == "runmax":
+            target = live[attr]
+            if not isinstance(target, IVar):
+                raise ValueError(f"runmax({attr}) cannot be re-indexed by {target}")
+            out = Expr("runmax", (), target.name)
+        elif op in ("reduce", "map"):
+            var = attr.var
+            inner = {v: ix for v, ix in live.items() if v != var}
+            if op == "reduce":
+                bounds = {f: (None if getattr(attr, f) is None
+                              else idx_subst(getattr(attr, f), live)) for f in ("lo", "hi")}
+                attr = attrs.evolve(attr, **bounds)
+            captured = set().union(*(idx_free_vars(ix) for ix in inner.values())) if inner else set()
+            if var in captured:
+                new_var = _fresh(var, captured | set(n.free_vars) | {var})
+                inner[var] = IVar(new_var)
+                attr = attrs.evolve(attr, var=new_var)
+            out = Expr(op, tuple(go(a, inner) for a in n.args), attr)
+        else:
+            out = Expr(op, tuple(go(a, live) for a in n.args), attr)
+        memo[key] = out
+        return out
+
+    return go(e, dict(mapping))
+
+
+def replace_nodes(root: Expr, mapping: Mapping[Expr, Expr]) -> Expr:
+    """``root`` with every occurrence of each key node replaced by its value."""
+    memo: dict[Expr, Expr] = {}
+
+    def go(n: Expr) -> Expr:
+        if n in mapping:
+            return mapping[n]
+        hit = memo.get(n)
+        if hit is not None:
+            return hit
+        args = tuple(go(a) for a in n.args)
+        out = n if all(a is b for a, b in zip(args, n.args)) else Expr(n.op, args, n.attr)
+        memo[n] = out
+        return out
+
+    return go(root)
+
+

@@ -1,0 +1,53 @@
+"""Random inputs for a program, and comparison of outputs against a reference."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+import numpy as np
+
+from .ir.program import Program
+
+#: Relative tolerance of float32 results against a float64 reference, measured as the
+#: largest absolute error over the largest reference magnitude of each output.
+DEFAULT_TOLERANCE = 2e-3
+
+
+def random_inputs(program: Program, seed: int = 0, scale: float = 1.0,
+                  offset: float = 0.0) -> dict[str, np.ndarray]:
+    """Standard-normal float32 inputs (times ``scale``, plus ``offset``)."""
+    rng = np.random.default_rng(seed)
+    return {name: (rng.standard_normal(program.shape(name)) * scale + offset)
+            .astype(np.float32) for name in program.inputs}
+
+
+@attrs.frozen
+class Validation:
+    max_abs_error: float
+    max_rel_error: float
+    tolerance: float
+    passed: bool
+
+    def as_dict(self) -> dict:
+        return attrs.asdict(self)
+
+
+def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+            tolerance: float = DEFAULT_TOLERANCE) -> Validation:
+    """Worst error over all outputs; relative errors are against each output's largest
+    reference magnitude (elementwise relative error is meaningless near zero)."""
+    max_abs = max_rel = 0.0
+    finite = True
+    for name, ref in reference.items():
+        out = np.asarray(outputs[name], dtype=np.float64)
+        ref = np.asarray(ref, dtype=np.float64)
+        if out.shape != ref.shape or not np.all(np.isfinite(out)):
+            finite = False
+            max_abs = max_rel = float("inf")
+            continue
+        err = float(np.max(np.abs(out - ref))) if ref.size else 0.0
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        max_abs = max(max_abs, err)
+        max_rel = max(max_rel, err / scale if scale > 0 else err)
+    return Validation(max_abs, max_rel, tolerance, finite and max_rel <= tolerance)
