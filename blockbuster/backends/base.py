@@ -1,0 +1,105 @@
+"""The backend interface: what every plugin (and the reference interpreter) provides.
+
+A :class:`Backend` turns a block program into a :class:`CompiledProgram`: a callable
+taking NumPy arrays by input name and returning the outputs by name. A backend only
+supplies ``compile_fn(program, **options) -> run``, where ``run`` maps checked input
+arrays to output arrays; verification, timing and the checks on the caller's arrays
+live here, once, so every backend rejects a missing or mis-shaped input with the same
+one-line :class:`~blockbuster.errors.BackendError`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping
+
+import attrs
+import numpy as np
+
+from ..errors import BackendError
+from ..ir.program import Program
+from ..ir.verify import verify
+
+Arrays = dict[str, np.ndarray]
+#: What ``compile_fn`` returns: checked inputs by name -> outputs by name.
+Runner = Callable[[Arrays], Mapping[str, np.ndarray]]
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class CompiledProgram:
+    """A program ready to run: ``compiled(X=x, W=w)`` or ``compiled({"X": x, ...})``."""
+
+    program: Program
+    backend: str
+    run: Runner = attrs.field(repr=False)
+    compile_seconds: float = 0.0
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.program.inputs
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.program.outputs
+
+    def __call__(self, arrays: Mapping[str, Any] | None = None, /, **kwargs) -> Arrays:
+        given = dict(arrays or {})
+        for name in kwargs:
+            if name in given:
+                raise BackendError(f"input '{name}' is given twice (in the dict and as a keyword)")
+        given.update(kwargs)
+        results = self.run(self.check_inputs(given))
+        for name in self.program.outputs:
+            if name not in results:
+                raise BackendError(f"backend '{self.backend}' did not compute output "
+                                   f"'{name}' of program {self.program.name}")
+        return {name: results[name] for name in self.program.outputs}
+
+    def check_inputs(self, given: Mapping[str, Any]) -> Arrays:
+        """The caller's arrays as NumPy arrays, or a BackendError naming the first problem."""
+        p = self.program
+        for name in sorted(given):
+            if name not in p.inputs:
+                listed = ", ".join(p.inputs) or "none"
+                raise BackendError(f"program {p.name} has no input '{name}' (its inputs: {listed})")
+        checked: Arrays = {}
+        for name in p.inputs:
+            declared = f"{name}[{', '.join(p.array(name).dims)}]"
+            expected = p.shape(name)
+            if name not in given:
+                raise BackendError(f"missing input '{name}' of program {p.name} "
+                                   f"({declared}, shape {expected})")
+            try:
+                arr = np.asarray(given[name])
+            except Exception as err:  # ragged nested lists and the like
+                raise BackendError(f"input '{name}' is not an array: {err}") from None
+            if arr.dtype.kind not in "biuf":
+                raise BackendError(f"input '{name}' has dtype {arr.dtype}; "
+                                   "a real numeric array is needed")
+            if arr.shape != expected:
+                raise BackendError(f"input '{name}' has shape {arr.shape}, but program "
+                                   f"{p.name} declares {declared} with shape {expected}")
+            checked[name] = arr
+        return checked
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Backend:
+    """A named way to run block programs.
+
+    ``hardware`` describes the machine for the cost model (a ``cost`` Hardware object,
+    or None); it is stored as given. ``compile_fn(program, **options)`` returns a
+    :data:`Runner`.
+    """
+
+    name: str
+    description: str
+    compile_fn: Callable[..., Runner] = attrs.field(repr=False)
+    hardware: Any = None
+
+    def compile(self, program: Program, **options) -> CompiledProgram:
+        start = time.perf_counter()
+        verify(program)  # backends may assume a well-formed program
+        run = self.compile_fn(program, **options)
+        return CompiledProgram(program=program, backend=self.name, run=run,
+                               compile_seconds=time.perf_counter() - start)

@@ -1,0 +1,371 @@
+"""The cost model: bytes across tiers, local footprint, FLOPs, and a roofline time.
+
+Execution model (what the counts assume, and what a code generator does):
+
+* A kernel runs one independent instance per iteration of its parallel loops; nothing
+  is shared between instances, so every instance loads what it needs.
+* Inside an instance, a node runs inside the innermost ``reduce``/``map`` loop whose
+  variable it uses, and no deeper (loop-invariant code motion): ``B[i]`` inside
+  ``sum(k in K: ...)`` runs once per instance, not once per ``k``. Hash-consing makes
+  a node shared by several consumers one node: it runs once per iteration of the
+  loops it is placed in. Two *different* ``reduce`` nodes are two different loops, even
+  over the same range, so a load used in both runs in both (merging them is a fusion).
+* A ``load`` moves the product of the block extents of its non-point dimensions (at
+  the block indices its subscripts evaluate to; ragged blocks are smaller) each time
+  it runs. A store writes each subscripted block once; a ``:`` subscript writes
+  every block of that dimension.
+
+Every figure is an exact sum over all those iterations (see :mod:`.counting`).
+
+FLOPs per execution of a node (``n`` = elements of the result, actual extents):
+
+* elementwise unary/binary ops, broadcasts, ``outer``, ``keep_ge``: ``n``;
+  ``exp``/``log``/``rsqrt``... count 1 per element like ``add``;
+* ``dot`` of ``R×K`` by ``K×C``: ``2·R·K·C``; ``transpose``, ``proj``, ``map``,
+  leaves: 0;
+* ``rowsum``/``rowmax``/``colsum``/``colmax``: the elements of the operand;
+* ``reduce``, per step, on top of its bodies' own FLOPs:
+
+  - a ``sum``/``max`` passenger: its elements; but a ``dot`` computed in that step
+    (alone or as the element of a ``map``) accumulates into a sum for free — its
+    ``2·R·K·C`` already counts one add per product — so a tiled matmul is exactly
+    ``2·M·N·K``;
+  - an ``online_softmax`` passenger: 2 per element (rescale by ``exp(m_old - m_new)``,
+    then add; 1 for a per-step ``dot``); its head ``x`` (``R×C``): ``R·C + 3·R`` (row
+    max, new running max, ``exp`` of the difference);
+  - a ``meanvar`` head ``x``: ``4·R·C + 8·R`` (block row sums, squared deviations from
+    the block mean and their sum; Chan's merge of count, mean and deviations).
+
+Local-tier footprint (an approximation, a conservative upper bound on what one
+instance keeps live): the sum over every distinct node of the kernel's expression DAG
+of its value at *full* block size — ``block × block`` for a block, ``block`` for a
+vector, scalars 0, a ``map`` array ``nblocks ×`` its element, a multi-output
+reduction all its accumulators; a ``proj`` is a view of its reduction's accumulator
+and is not counted again. It ignores liveness (a value dead after its consumer is
+still counted), so it never underestimates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import attrs
+
+from ..errors import IRError
+from ..ir.combiners import COMBINERS
+from ..ir.expr import Expr
+from ..ir.index import IVar, Idx, substitute
+from ..ir.ops import OPS
+from ..ir.program import Kernel, Program
+from .counting import Loop, LoopSums
+from .hardware import DEFAULT_HARDWARE, Hardware
+from .shapes import (SCALAR, ArrayShape, BlockShape, TupleShape, elements, forget,
+                     full_elements, map_axes, rows)
+
+
+@attrs.frozen
+class KernelCost:
+    name: str
+    loaded_bytes: int         # global -> local
+    stored_bytes: int         # local -> global
+    local_bytes: int          # footprint in the local tier (see the module doc)
+    flops: int
+    fits: bool                # local_bytes <= hardware.local_capacity_bytes
+    time_estimate: float      # seconds, roofline
+
+    @property
+    def global_bytes(self) -> int:
+        return self.loaded_bytes + self.stored_bytes
+
+    def as_dict(self) -> dict:
+        return attrs.asdict(self) | {"global_bytes": self.global_bytes}
+
+
+@attrs.frozen(hash=False)
+class Cost:
+    program: str
+    hardware: Hardware
+    per_kernel: list[KernelCost]
+    compulsory_bytes: int     # every input read once + every output written once
+
+    @property
+    def kernels(self) -> int:
+        return len(self.per_kernel)
+
+    @property
+    def loaded_bytes(self) -> int:
+        return sum(k.loaded_bytes for k in self.per_kernel)
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(k.stored_bytes for k in self.per_kernel)
+
+    @property
+    def global_bytes(self) -> int:
+        return self.loaded_bytes + self.stored_bytes
+
+    @property
+    def local_bytes(self) -> int:
+        """The largest kernel footprint: kernels run one after another."""
+        return max((k.local_bytes for k in self.per_kernel), default=0)
+
+    @property
+    def flops(self) -> int:
+        return sum(k.flops for k in self.per_kernel)
+
+    @property
+    def time_estimate(self) -> float:
+        return sum(k.time_estimate for k in self.per_kernel)
+
+    @property
+    def fits(self) -> bool:
+        return all(k.fits for k in self.per_kernel)
+
+    def as_dict(self) -> dict:
+        """JSON-ready: plain ints, floats, bools, strings, lists and dicts."""
+        return {
+            "program": self.program,
+            "hardware": self.hardware.as_dict(),
+            "kernels": self.kernels,
+            "loaded_bytes": self.loaded_bytes,
+            "stored_bytes": self.stored_bytes,
+            "global_bytes": self.global_bytes,
+            "compulsory_bytes": self.compulsory_bytes,
+            "local_bytes": self.local_bytes,
+            "flops": self.flops,
+            "time_estimate": self.time_estimate,
+            "fits": self.fits,
+            "per_kernel": [k.as_dict() for k in self.per_kernel],
+        }
+
+
+def cost(program: Program, hardware: Hardware | None = None) -> Cost:
+    """Price a (verified) program on ``hardware`` (default: :data:`DEFAULT_HARDWARE`)."""
+    hw = hardware or DEFAULT_HARDWARE
+    sums = LoopSums()   # shared: kernels of one program often have the same loop nests
+    per_kernel = [kernel_cost(k, program, hw, sums) for k in program.kernels]
+    compulsory = sum(math.prod(program.shape(a))
+                     for a in program.inputs + program.outputs) * hw.element_bytes
+    return Cost(program.name, hw, per_kernel, compulsory)
+
+
+def kernel_cost(kernel: Kernel, program: Program, hardware: Hardware | None = None,
+                sums: LoopSums | None = None) -> KernelCost:
+    hw = hardware or DEFAULT_HARDWARE
+    counts = _KernelCounter(kernel, program, sums or LoopSums())
+    eb = hw.element_bytes
+    loaded, stored, local = counts.loaded * eb, counts.stored * eb, counts.footprint * eb
+    time = max((loaded + stored) / hw.global_bandwidth_bytes_per_s,
+               counts.flops / hw.peak_flops)
+    return KernelCost(kernel.name, loaded, stored, local, counts.flops,
+                      local <= hw.local_capacity_bytes, time)
+
+
+# ---------------------------------------------------------------------------
+# Counting one kernel
+# ---------------------------------------------------------------------------
+
+@attrs.frozen(cache_hash=True)
+class _Frame:
+    """One enclosing loop: a kernel loop (``binder`` None), a ``reduce`` or a ``map``.
+
+    ``loop.name`` is ``_<depth>``, unique along a chain, so index expressions can be
+    renamed into it even where a source variable is shadowed. ``binder`` is part of
+    the identity: two different reductions over the same range are two loops.
+    """
+
+    var: str
+    loop: Loop
+    binder: Expr | None = None
+
+
+Chain = tuple[_Frame, ...]
+
+
+class _KernelCounter:
+    """Walks a kernel's DAG once per (node, placement) and accumulates element counts."""
+
+    def __init__(self, kernel: Kernel, program: Program, sums: LoopSums):
+        self.dims = program.dim_map
+        self.arrays = program.array_map
+        self.sums = sums
+        self.loaded = self.flops = 0
+        self._shapes: dict[tuple[Expr, Chain], object] = {}
+        self._first_shape: dict[Expr, object] = {}        # for the footprint
+        self._scopes: dict[Chain, dict[str, int]] = {}
+        self._array_names = itertools.count()
+
+        top = tuple(_Frame(v, Loop(f"_{d}", self.dims[dim]))
+                    for d, (v, dim) in enumerate(kernel.loops))
+        self.nk = len(top)
+        for store in kernel.stores:
+            for node in store.value.walk():   # children first: keeps free_vars shallow
+                node.free_vars
+            self.visit(store.value, top)
+        self.stored = sum(self._store_elements(s, top) for s in kernel.stores)
+        self.footprint = sum(full_elements(shape) for node, shape in
+                             self._first_shape.items() if node.op != "proj")
+
+    # -- scopes and placement ---------------------------------------------------
+    def _scope(self, chain: Chain) -> dict[str, int]:
+        """Source variable -> depth of its innermost binding in ``chain``."""
+        scope = self._scopes.get(chain)
+        if scope is None:
+            scope = self._scopes[chain] = {f.var: d for d, f in enumerate(chain)}
+        return scope
+
+    def _place(self, node: Expr, ctx: Chain) -> Chain:
+        """The prefix of ``ctx`` a node runs in: down to the innermost loop it uses."""
+        depth = self.nk
+        if node.free_vars:
+            scope = self._scope(ctx)
+            depth = max(depth, 1 + max(scope[v] for v in node.free_vars))
+        return ctx[:depth]
+
+    def _rename(self, ix: Idx | None, chain: Chain) -> Idx | None:
+        if ix is None:
+            return None
+        scope = self._scope(chain)
+        return substitute(ix, {v: IVar(chain[d].loop.name) for v, d in scope.items()})
+
+    def _elements(self, shape, chain: Chain) -> int:
+        return elements(shape, tuple(f.loop for f in chain), self.sums)
+
+    # -- the walk -----------------------------------------------------------------
+    def visit(self, node: Expr, ctx: Chain):
+        """The shape of ``node`` in ``ctx``; counts its cost the first time it is seen
+        at its placement. Children are done first with an explicit stack, so deep
+        expressions do not hit Python's recursion limit (``_count``'s own ``visit``
+        calls are then memo hits)."""
+        key = (node, self._place(node, ctx))
+        stack = [(key, False)]
+        while stack:
+            (n, at), ready = stack.pop()
+            if (n, at) in self._shapes:
+                continue
+            if ready:
+                shape = self._shapes[(n, at)] = self._count(n, at)
+                self._first_shape.setdefault(n, shape)
+                continue
+            stack.append(((n, at), True))
+            inner = self._binder_context(n, at)
+            for child in reversed(n.args):
+                stack.append(((child, self._place(child, inner)), False))
+        return self._shapes[key]
+
+    def _binder_context(self, node: Expr, at: Chain) -> Chain:
+        """The chain ``node``'s arguments are evaluated in."""
+        if node.op == "reduce":
+            return self._enter(node, at, node.attr.dim, node.attr.lo, node.attr.hi)
+        if node.op == "map":
+            return self._enter(node, at, node.attr.dim)
+        return at
+
+    def _count(self, node: Expr, at: Chain):
+        op = node.op
+        if op == "load":
+            shape = BlockShape(tuple(
+                (self.dims[d], self._rename(ix, at))
+                for d, ix in zip(self.arrays[node.attr.array].dims, node.attr.index)
+                if not self.dims[d].point))
+            self.loaded += self._elements(shape, at)
+            return shape
+        if op == "const":
+            return SCALAR
+        if op == "pos":
+            return BlockShape(((self.dims[node.attr.dim], self._rename(node.attr.index, at)),))
+        if op == "runmax":      # the rows of its online_softmax's logits (the head)
+            softmax = at[self._scope(at)[node.attr]].binder
+            return rows(self.visit(softmax.args[0], at))
+        if op == "proj":
+            return self.visit(node.args[0], at).items[node.attr]
+        if op == "map":
+            return self._map(node, at)
+        if op == "reduce":
+            return self._reduce(node, at)
+        return self._operator(node, [self.visit(a, at) for a in node.args], at)
+
+    def _operator(self, node: Expr, args: list, at: Chain):
+        kind = OPS[node.op].kind
+        if kind == "unary":
+            shape = args[0]
+        elif kind == "binary":
+            shape = args[0] if args[0].axes else args[1]   # a scalar broadcasts
+        elif node.op == "outer":
+            shape = BlockShape((args[0].axes[0], args[1].axes[0]))
+        elif kind in ("broadcast", "mask"):
+            shape = args[-1]                                # the block operand
+        elif kind == "dot":
+            (r, k), (_, c) = args[0].axes, args[1].axes
+            self.flops += 2 * self.sums.count(tuple(f.loop for f in at), (r, k, c))
+            return BlockShape((r, c))
+        elif kind == "layout":                              # transpose: no arithmetic
+            return BlockShape(args[0].axes[::-1])
+        elif kind in ("rowreduce", "colreduce"):
+            self.flops += self._elements(args[0], at)
+            return BlockShape((args[0].axes[0 if kind == "rowreduce" else 1],))
+        else:
+            raise IRError(f"cost model: no rule for operator '{node.op}' (kind {kind})")
+        self.flops += self._elements(shape, at)
+        return shape
+
+    def _enter(self, node: Expr, at: Chain, dim: str, lo=None, hi=None) -> Chain:
+        """``at`` plus the loop that ``node`` (a reduce or map) binds."""
+        loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at), self._rename(hi, at))
+        return at + (_Frame(node.attr.var, loop, node),)
+
+    def _map(self, node: Expr, at: Chain):
+        inner = self._binder_context(node, at)
+        body = self.visit(node.args[0], inner)
+        # The array's own loop name must not clash with any chain it is used in.
+        name, mine = f"@{next(self._array_names)}", inner[-1].loop.name
+        elem = map_axes(body, lambda d, ix: (d, None if ix is None
+                                             else substitute(ix, {mine: IVar(name)})))
+        return ArrayShape(name, self.dims[node.attr.dim], elem)
+
+    def _reduce(self, node: Expr, at: Chain):
+        a = node.attr
+        comb = COMBINERS[a.combiner]
+        inner = self._binder_context(node, at)
+        bodies = [self.visit(b, inner) for b in node.args]
+        self.flops += self._combine_flops(node, comb, bodies, inner)
+        head = bodies[: comb.head]
+        if a.combiner == "online_softmax":
+            outs = [rows(head[0])]
+        elif a.combiner == "meanvar":
+            outs = [SCALAR, rows(head[0]), rows(head[0])]
+        else:
+            outs = list(head)
+        outs = [forget(s, inner[-1].loop.name) for s in outs + bodies[comb.head:]]
+        return outs[0] if len(outs) == 1 else TupleShape(tuple(outs))
+
+    def _combine_flops(self, node: Expr, comb, bodies: list, inner: Chain) -> int:
+        """FLOPs of folding one step's bodies into the accumulators, over all steps."""
+        count = lambda s: self._elements(s, inner)     # noqa: E731
+        flops = 0
+        if comb.name == "online_softmax":
+            flops += count(bodies[0]) + 3 * count(rows(bodies[0]))
+        elif comb.name == "meanvar":
+            flops += 4 * count(bodies[0]) + 8 * count(rows(bodies[0]))
+        var = node.attr.var
+        for body, shape in zip(node.args[comb.head:], bodies[comb.head:]):
+            # A dot computed in this step (alone or as each element of a map) already
+            # counts the adds of its products: it accumulates in place.
+            while body.op == "map":
+                body = body.args[0]
+            fused = (comb.passenger != "max" and body.op == "dot"
+                     and var in body.free_vars)
+            per_element = {"scaled_sum": 2, "sum": 1, "max": 1}[comb.passenger] - fused
+            flops += per_element * count(shape)
+        return flops
+
+    def _store_elements(self, store, top: Chain) -> int:
+        axes, whole = [], 1
+        for ix, d in zip(store.index, self.arrays[store.array].dims):
+            dim = self.dims[d]
+            if ix is None:
+                whole *= dim.size                          # ':' writes every block
+            elif not dim.point:
+                axes.append((dim, self._rename(ix, top)))
+        return whole * self.sums.count(tuple(f.loop for f in top), axes)
