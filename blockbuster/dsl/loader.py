@@ -34,13 +34,13 @@ def default_rules_path() -> Path:
 def read_text(path: Path, where: SourceError | None = None) -> str:
     data = path.read_bytes()
     if b"\0" in data:
-        raise SourceError("not a text file (it contains NUL bytes)", str(path), 1, 1, "")
+        raise SourceError("not a text file (it contains NUL bytes)", str(path), 1, 1)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise SourceError(f"not a text file (invalid UTF-8 at byte {err.start})",
-                          str(path), line, 1, "") from None
+                          str(path), line, 1) from None
 
 
 class _PatternBuilder(TermBuilder):

@@ -108,7 +108,10 @@ class Expr:
     def free_vars(self) -> frozenset[str]:
         """Block-index variables this value depends on (bound ones excluded)."""
         if self._free is None:
-            object.__setattr__(self, "_free", _compute_free(self))
+            # Children first, without recursion: expressions can be very deep.
+            for node in self.walk():
+                if node._free is None:
+                    object.__setattr__(node, "_free", _compute_free(node))
         return self._free
 
     def walk(self) -> Iterator["Expr"]:

@@ -69,6 +69,8 @@ def parse(text: str, start: str, filename: str) -> lark.Tree:
 
 def error_at(meta_or_token, message: str, text: str, filename: str) -> SourceError:
     """A SourceError at a tree node (``meta``) or token position."""
+    if isinstance(meta_or_token, lark.Tree):
+        meta_or_token = meta_or_token.meta
     line = getattr(meta_or_token, "line", 0) or 0
     col = getattr(meta_or_token, "column", 0) or 0
     return SourceError(message, filename, line, col, _line(text, line))

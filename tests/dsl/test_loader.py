@@ -1,0 +1,75 @@
+import pytest
+
+from blockbuster.dsl.loader import default_rules, load_rules, load_rules_text
+from blockbuster.errors import SourceError
+from blockbuster.ir import expr as E
+
+
+def test_rules_phases_and_schedule():
+    rs = load_rules_text("""
+rule a: exp(neg(x)) => recip(exp(x))
+rule b: sum(k in R: rowscale(s, y)) => rowscale(s, sum(k in R: y)) if invariant(s, k)
+phase one: a
+phase two: b, a
+schedule: two, one, two
+""")
+    assert list(rs.rules) == ["a", "b"]
+    assert [p.name for p in rs.phases] == ["one", "two"]
+    assert rs.schedule == ("two", "one", "two")
+    b = rs.rules["b"]
+    assert b.lhs.op == "reduce" and b.rhs.op == "rowscale"
+    assert str(b.guards[0]) == "invariant(s, k)"
+    assert b.loc.line == 3
+
+
+def test_without_phases_every_rule_runs_in_one_phase_in_file_order():
+    rs = load_rules_text("rule z: exp(x) => x\nrule a: neg(x) => x\n")
+    assert rs.schedule == ("all",)
+    assert rs.phase("all").rules == ("z", "a")
+
+
+def test_with_clause_is_substituted_and_shared():
+    rs = load_rules_text("rule r: exp(x) => mul(t, t) with t = neg(x)\n")
+    rhs = rs.rules["r"].rhs
+    assert rhs.args[0] is rhs.args[1] and rhs.args[0].op == "neg"
+
+
+def test_without_removes_rule_from_phases():
+    rs = load_rules_text("rule a: exp(x) => x\nrule b: neg(x) => x\nphase p: a, b\n")
+    assert rs.without("a").phase("p").rules == ("b",)
+    assert "a" not in rs.without("a").rules
+
+
+def test_include_relative_to_including_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "base.bbr").write_text("rule base_rule: exp(neg(x)) => recip(exp(x))\n")
+    main = tmp_path / "main.bbr"
+    main.write_text('include "sub/base.bbr"\nrule mine: neg(neg(x)) => x\nphase p: base_rule, mine\n')
+    rs = load_rules(main)
+    assert list(rs.rules) == ["base_rule", "mine"]
+    assert rs.rules["base_rule"].loc.file.endswith("base.bbr")
+
+
+def test_include_cycle_loads_each_file_once(tmp_path):
+    (tmp_path / "a.bbr").write_text('include "b.bbr"\nrule ra: exp(x) => x\n')
+    (tmp_path / "b.bbr").write_text('include "a.bbr"\nrule rb: neg(x) => x\n')
+    rs = load_rules(tmp_path / "a.bbr")
+    assert sorted(rs.rules) == ["ra", "rb"]
+
+
+def test_shipped_rule_sets_can_be_included_by_name(tmp_path):
+    f = tmp_path / "mine.bbr"
+    f.write_text('include "default.bbr"\nrule extra: neg(neg(x)) => x\n')
+    rs = load_rules(f)
+    assert "inline_intermediate" in rs.rules and "extra" in rs.rules
+
+
+def test_missing_file_is_a_source_error(tmp_path):
+    with pytest.raises(SourceError, match="no such rule file"):
+        load_rules(tmp_path / "nope.bbr")
+
+
+def test_default_rules_load():
+    rs = default_rules()
+    assert "inline_intermediate" in rs.rules
+    assert rs.schedule[0] == "fuse"

@@ -1,0 +1,112 @@
+import numpy as np
+import pytest
+
+from blockbuster.backends.reference import run_program
+from blockbuster.dsl.loader import default_rules, load_rules_text
+from blockbuster.frontend.workloads import workload
+from blockbuster.ir.parser import parse_program
+from blockbuster.rewrite.engine import Engine, Limits, RuleError, fuse
+from blockbuster.validate import random_inputs
+
+SMALL = """
+program small
+dim M = 5 block 2
+dim N = 3 block 2
+input A[M, N]
+input B[M, N]
+output C[M, N]
+kernel k for i in M, j in N:
+  C[i, j] = add(exp(A[i, j]), B[i, j])
+"""
+
+
+def test_commutativity_stops_at_the_step_limit_with_a_clear_reason():
+    rules = load_rules_text("rule comm: add(a, b) => add(b, a)\n")
+    result = fuse(parse_program(SMALL), rules, Limits(max_steps=25))
+    assert result.stop_reason == "step_limit"
+    assert len(result.trace) == 25
+    assert "may not terminate" in result.message
+
+
+def test_time_limit():
+    rules = load_rules_text("rule comm: add(a, b) => add(b, a)\n")
+    result = fuse(parse_program(SMALL), rules, Limits(max_seconds=0.0))
+    assert result.stop_reason == "time_limit"
+
+
+def test_node_limit_on_a_growing_rule():
+    rules = load_rules_text("rule grow: exp(a) => exp(neg(neg(a)))\n")
+    result = fuse(parse_program(SMALL), rules, Limits(max_nodes=30))
+    assert result.stop_reason == "node_limit"
+
+
+def test_saturates_and_records_every_application():
+    rules = load_rules_text("rule dneg: neg(neg(a)) => a\nrule e: exp(a) => neg(neg(exp(a))) if constant(a)\n")
+    result = fuse(parse_program(SMALL), rules)
+    assert result.stop_reason == "saturated" and result.trace == ()
+    text = SMALL.replace("exp(A[i, j])", "neg(neg(neg(neg(A[i, j]))))")
+    result = fuse(parse_program(text), rules)
+    assert [s.rule for s in result.trace] == ["dneg", "dneg"]
+    step = result.trace[0]
+    assert step.location.endswith(":1:6") and step.kernel == "k"
+    assert "neg(neg(" in str(step.program_before) and step.program_after is result.trace[1].program_before
+    assert "C[i, j] = add(A[i, j], B[i, j])" in str(result.program)
+
+
+def test_guards_prevent_application():
+    rules = load_rules_text("rule e: exp(a) => a if constant(a)\n")
+    assert fuse(parse_program(SMALL), rules).trace == ()
+
+
+def test_ill_typed_rule_output_is_reported_with_the_rule_location():
+    rules = load_rules_text("rule bad: exp(a) => rowsum(a)\n", "bad.bbr")
+    with pytest.raises(RuleError, match=r"bad.bbr:1:6: rule 'bad' produced an ill-formed"):
+        fuse(parse_program(SMALL), rules)
+
+
+@pytest.mark.parametrize("name", ["attention", "layernorm_matmul", "rmsnorm_ffn_swiglu"])
+def test_deterministic(name):
+    a = fuse(workload(name))
+    b = fuse(workload(name))
+    assert [(s.rule, s.kernel) for s in a.trace] == [(s.rule, s.kernel) for s in b.trace]
+    assert a.program == b.program
+
+
+def test_index_by_root_operator_changes_nothing_but_speed():
+    program = workload("layernorm_matmul")
+    rules = default_rules()
+    with_index = Engine(rules).run(program)
+    without = Engine(rules, use_index=False).run(program)
+    assert with_index.program == without.program
+    assert [s.rule for s in with_index.trace] == [s.rule for s in without.trace]
+
+
+def test_deleting_a_rule_stops_the_fusion_it_enabled():
+    rules = default_rules()
+    assert len(fuse(workload("attention"), rules).program.kernels) == 1
+    unfused = fuse(workload("attention"), rules.without("inline_intermediate"))
+    assert len(unfused.program.kernels) == 8
+
+
+def test_derivation_prints_each_step_in_text_form():
+    result = fuse(workload("attention", N=100))
+    text = result.derivation()
+    assert text.startswith("== initial program")
+    assert text.count("== step ") == len(result.trace)
+    assert "online_softmax" in text and "stop: saturated" in text
+
+
+@pytest.mark.parametrize("name,sizes", [
+    ("attention", dict(N=70, S=45, D=24)),
+    ("layernorm_matmul", dict(M=37, K=50, N=21)),
+    ("rmsnorm_ffn_swiglu", dict(M=19, D=40, H=27)),
+])
+def test_fusion_preserves_outputs(name, sizes):
+    blocks = {d: 16 for d in sizes}
+    program = workload(name, blocks=blocks, **sizes)
+    fused = fuse(program).program
+    inputs = random_inputs(program, seed=3)
+    before = run_program(program, inputs, dtype=np.float64)
+    after = run_program(fused, inputs, dtype=np.float64)
+    for out in program.outputs:
+        np.testing.assert_allclose(after[out], before[out], rtol=1e-9, atol=1e-9)
