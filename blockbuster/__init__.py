@@ -1,0 +1,95 @@
+"""Blockbuster: block-level AI operator fusion.
+
+The public API, with stable names::
+
+    import blockbuster as bb
+    p = bb.workload("attention", N=200, blocks={"N": 64})   # unfused block program
+    fused = bb.fuse(p).program                              # rewrite with the rules
+    run = bb.compile(fused, backend="reference")            # callable(**arrays) -> outputs
+    out = run(Q=q, K=k, V=v)["O"]
+    print(bb.format_program(fused), bb.cost(fused).global_bytes)
+
+Importing the package is cheap: each function imports its subsystem (lark, NumPy,
+the backends) on first use, so ``python -m blockbuster --help`` and plugins that only
+need the IR do not pay for the rest.
+"""
+
+from __future__ import annotations
+
+from .errors import BackendError, BlockbusterError, IRError, SourceError, UsageError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "workload", "fuse", "compile", "cost", "parse_program", "format_program", "verify",
+    "BlockbusterError", "UsageError", "IRError", "BackendError", "SourceError",
+    "__version__",
+]
+
+
+def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int):
+    """The unfused block program of a built-in workload (``UsageError`` if unknown).
+
+    ``sizes`` override dimension sizes (``N=200``), ``blocks`` block sizes.
+    """
+    from .frontend.workloads import workload as _workload
+    return _workload(name, blocks=blocks, **sizes)
+
+
+def fuse(program, rules=None, limits=None):
+    """Rewrite ``program`` with the fusion rules; returns a ``FusionResult``
+    (``program``, ``trace``, ``stop_reason``, ``seconds``)."""
+    from .rewrite.engine import fuse as _fuse
+    return _fuse(program, rules=rules, limits=limits)
+
+
+def compile(program, backend="reference"):  # noqa: A001 - the API's name on purpose
+    """Compile ``program`` with a backend (a registered name or a Backend object).
+
+    Returns ``compiled(**arrays) -> {output name: array}``.
+    """
+    if isinstance(backend, str):
+        from .backends.registry import get_backend
+        backend = get_backend(backend)
+    return backend.compile(program)
+
+
+# ``cost`` is both the API function and the subpackage ``blockbuster.cost``, and
+# importing a subpackage rebinds the parent's attribute to the module. A plain
+# ``def cost`` here would be silently replaced by the module (or, defined after it,
+# would break ``import blockbuster.cost.model``). So the subpackage itself is made
+# callable: ``blockbuster.cost(program)`` prices a program, ``blockbuster.cost.Hardware``
+# still names the class. The cost package imports only attrs and the IR: cheap.
+import types as _types  # noqa: E402
+
+from . import cost  # noqa: E402
+
+
+class _CallableCostModule(_types.ModuleType):
+    def __call__(self, program, hardware=None):
+        """Data movement, FLOPs, footprint and a roofline time estimate of ``program``
+        (``cost(program, hardware=None) -> Cost``)."""
+        return self.cost(program, hardware)
+
+
+cost.__class__ = _CallableCostModule
+
+
+def parse_program(text: str, filename: str = "<program>", check: bool = True):
+    """Parse the text form of a block program (``SourceError`` on bad syntax);
+    verify it unless ``check`` is false."""
+    from .ir.parser import parse_program as _parse
+    return _parse(text, filename=filename, check=check)
+
+
+def format_program(program) -> str:
+    """The text form of a block program (``parse_program`` reads it back)."""
+    from .ir.printer import format_program as _format
+    return _format(program)
+
+
+def verify(program):
+    """Raise ``IRError`` naming the offending node if ``program`` is ill-formed;
+    return the program otherwise."""
+    from .ir.verify import verify as _verify
+    return _verify(program)

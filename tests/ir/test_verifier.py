@@ -1,0 +1,170 @@
+"""The verifier: one test per rejection, each checking the message names the
+offending kernel (and node, where there is one)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from blockbuster import parse_program, verify
+from blockbuster.errors import IRError
+from blockbuster.ir import expr as E
+from blockbuster.ir.program import Kernel, Store
+
+BASE = """\
+program base
+dim M = 70 block 32
+dim K = 50 block 16
+dim N = 40 block 16
+input X[M, K]
+input W[K, N]
+input b[N]
+output Y[M, N]
+array T[M, N]
+kernel T for m in M, n in N:
+  T[m, n] = sum(k in K: dot(X[m, k], W[k, n]))
+kernel Y for m in M, n in N:
+  Y[m, n] = colshift(b[n], exp(T[m, n]))
+"""
+
+
+def program(old: str = "", new: str = "", text: str = BASE):
+    """BASE with one edit, parsed without verification."""
+    assert old in text, old
+    return parse_program(text.replace(old, new, 1), check=False)
+
+
+def rejects(p, *fragments: str):
+    """verify(p) raises an IRError whose message contains every fragment."""
+    with pytest.raises(IRError) as info:
+        verify(p)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    return message
+
+
+def test_base_program_is_valid():
+    p = program()
+    assert verify(p) is p
+
+
+def test_wrong_rank_subscripts():
+    rejects(program("exp(T[m, n])", "exp(T[m])"),
+            "kernel 'Y'", "array T has rank 2 but is indexed with 1 subscripts", "`T[m]`")
+
+
+def test_unknown_array():
+    rejects(program("exp(T[m, n])", "exp(U[m, n])"),
+            "kernel 'Y'", "load of unknown array 'U'", "`U[m, n]`")
+
+
+def test_dot_dimension_mismatch():
+    rejects(program("dot(X[m, k], W[k, n])", "dot(W[k, n], X[m, k])"),
+            "kernel 'T'", "dot contracts N with M", "`dot(W[k, n], X[m, k])`")
+
+
+def test_unbound_index_variable_load_outside_the_loops():
+    # k is bound by the reduce only: using it after the reduce is out of scope.
+    rejects(program("sum(k in K: dot(X[m, k], W[k, n]))",
+                    "add(sum(k in K: dot(X[m, k], W[k, n])), dot(X[m, k], W[k, n]))"),
+            "kernel 'T'", "block index variable 'k' is not bound here", "`X[m, k]`")
+
+
+def test_index_over_the_wrong_dimension():
+    rejects(program("dot(X[m, k], W[k, n])", "dot(X[n, k], W[k, n])"),
+            "kernel 'T'", "index 'n' runs over N but indexes dimension M", "`X[n, k]`")
+
+
+def test_runmax_outside_online_softmax():
+    rejects(program("sum(k in K: dot(X[m, k], W[k, n]))",
+                    "sum(k in K: rowscale(runmax(k), dot(X[m, k], W[k, n])))"),
+            "kernel 'T'", "runmax(k) outside an online_softmax over 'k'", "`runmax(k)`")
+
+
+def test_array_written_twice():
+    rejects(program("kernel Y for m in M, n in N:",
+                    "kernel T2 for m in M, n in N:\n  T[m, n] = dot(X[m, 0], W[0, n])\n"
+                    "kernel Y for m in M, n in N:"),
+            "array T is written by both kernel 'T' and kernel 'T2'")
+
+
+def test_read_before_produced():
+    text = BASE.replace("kernel T for", "kernel Tmp for").split("kernel ")
+    # Swap the two kernels: Y now reads T before kernel Tmp produces it.
+    swapped = text[0] + "kernel " + text[2] + "kernel " + text[1]
+    p = parse_program(swapped, check=False)
+    rejects(p, "kernel 'Y' reads T, which is produced later, by kernel 'Tmp'")
+
+
+def test_read_of_array_never_produced():
+    p = program()
+    rejects(p.evolve(kernels=p.kernels[1:]), "kernel 'Y' reads T, which is never produced")
+
+
+def test_output_never_written():
+    rejects(program("output Y[M, N]\n", "output Y[M, N]\noutput Z[M]\n"),
+            "output Z is never written by any kernel")
+
+
+def test_writing_an_input():
+    rejects(program("kernel Y for m in M, n in N:",
+                    "kernel Xw for m in M, k in K:\n  X[m, k] = neg(X[m, k])\n"
+                    "kernel Y for m in M, n in N:"),
+            "kernel 'Xw' writes input array X")
+
+
+def test_store_missing_a_loop_variable():
+    rejects(program("kernel Y for m in M, n in N:\n  Y[m, n]",
+                    "kernel Y for m in M, n in N, k in K:\n  Y[m, n]"),
+            "kernel 'Y', store to Y", "loop variable 'k' is not a subscript")
+
+
+def test_store_value_type_mismatch():
+    rejects(program("Y[m, n] = colshift(b[n], exp(T[m, n]))", "Y[m, n] = rowsum(T[m, n])"),
+            "kernel 'Y', store to Y", "value has type block[M] but the array's blocks "
+                                      "are block[M, N]")
+
+
+def test_unknown_combiner():
+    rejects(program("sum(k in K:", "prod(k in K:"),
+            "kernel 'T'", "unknown combiner 'prod'", "`prod(k in K: dot(X[m, k], W[k, n]))`")
+
+
+def test_wrong_arity():
+    # The parser refuses wrong arities, so build the node directly.
+    p = program()
+    bad = E.call("exp", E.load("T", "m", "n"), E.load("T", "m", "n"))
+    kernel = Kernel("Y", (("m", "M"), ("n", "N")), (Store("Y", p.kernels[1].stores[0].index, bad),))
+    rejects(p.evolve(kernels=(p.kernels[0], kernel)),
+            "kernel 'Y'", "operator 'exp' takes 1 argument, got 2", "`exp(T[m, n], T[m, n])`")
+
+
+def test_wrong_number_of_reduce_bodies():
+    rejects(program("sum(k in K: dot(X[m, k], W[k, n]))",
+                    "online_softmax(k in K: dot(X[m, k], W[k, n])).0"),
+            "kernel 'T'", "combiner 'online_softmax' needs at least 2 bodies, got 1")
+
+
+def test_proj_out_of_range():
+    rejects(program("sum(k in K: dot(X[m, k], W[k, n]))",
+                    "sum(k in K: dot(X[m, k], W[k, n]), dot(X[m, k], W[k, n])).2"),
+            "kernel 'T'", "proj index 2 out of range for 2 outputs")
+
+
+def test_elementwise_op_on_a_tuple():
+    rejects(program("sum(k in K: dot(X[m, k], W[k, n]))",
+                    "exp(sum(k in K: dot(X[m, k], W[k, n]), dot(X[m, k], W[k, n])))"),
+            "kernel 'T'", "'exp' cannot take a multi-output reduction")
+
+
+def test_broadcast_along_the_wrong_axis():
+    rejects(program("colshift(b[n], exp(T[m, n]))", "rowshift(b[n], exp(T[m, n]))"),
+            "kernel 'Y'", "row vector along N does not match rows of block[M, N]")
+
+
+def test_message_names_the_node_not_the_whole_kernel():
+    message = rejects(program("exp(T[m, n])", "exp(U[m, n])"), "U[m, n]")
+    # The snippet is the offending load, not the surrounding colshift.
+    assert re.search(r"in `U\[m, n\]`$", message)

@@ -1,0 +1,65 @@
+"""The public API: stable names at the top of the package, and a light import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import blockbuster as bb
+
+
+def test_stable_names():
+    for name in ("workload", "compile", "cost", "fuse", "parse_program", "format_program",
+                 "verify", "BlockbusterError", "UsageError", "IRError", "BackendError",
+                 "SourceError"):
+        assert hasattr(bb, name), name
+        assert name in bb.__all__
+    assert all(issubclass(e, bb.BlockbusterError)
+               for e in (bb.UsageError, bb.IRError, bb.BackendError, bb.SourceError))
+
+
+def test_import_is_light():
+    code = "import blockbuster, sys; print('numpy' in sys.modules, 'lark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_cost_is_callable_and_still_the_subpackage():
+    # blockbuster.cost is both the API function and the cost subpackage.
+    p = bb.workload("attention", N=40, D=8)
+    c = bb.cost(p)
+    assert c.kernels == len(p.kernels) and c.global_bytes >= c.compulsory_bytes
+    from blockbuster.cost import DEFAULT_HARDWARE, Hardware
+    assert isinstance(DEFAULT_HARDWARE, Hardware) and bb.cost.Hardware is Hardware
+    assert bb.cost(p, DEFAULT_HARDWARE).global_bytes == c.global_bytes
+    import blockbuster.cost.model as model     # submodule imports keep working
+    assert model.cost(p).global_bytes == c.global_bytes
+
+
+def test_end_to_end_through_the_api():
+    p = bb.workload("layernorm_matmul", M=20, K=30, N=10, blocks={"K": 16})
+    fused = bb.fuse(p).program
+    assert bb.verify(fused) is fused
+    assert bb.parse_program(bb.format_program(fused)) == fused
+    rng = np.random.default_rng(0)
+    arrays = {n: rng.standard_normal(p.shape(n)).astype(np.float32) for n in p.inputs}
+    a = bb.compile(p)(**arrays)["Y"]
+    b = bb.compile(fused, backend="reference")(**arrays)["Y"]
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_accepts_a_backend_object():
+    from blockbuster.backends.registry import get_backend
+    p = bb.workload("attention", N=10, D=4)
+    run = bb.compile(p, backend=get_backend("reference"))
+    x = np.ones((10, 4), np.float32)
+    assert run(Q=x, K=x, V=x)["O"].shape == (10, 4)
+
+
+def test_compile_unknown_backend():
+    with pytest.raises(bb.BackendError, match="unknown backend 'nope'"):
+        bb.compile(bb.workload("attention", N=10), backend="nope")
