@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "workload", "fuse", "compile", "cost", "parse_program", "format_program", "verify",
+    "load_rules", "Limits",
     "BlockbusterError", "UsageError", "IRError", "BackendError", "SourceError",
     "__version__",
 ]
@@ -36,11 +37,36 @@ def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int):
     return _workload(name, blocks=blocks, **sizes)
 
 
-def fuse(program, rules=None, limits=None):
+def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
+         verify_steps=False):
     """Rewrite ``program`` with the fusion rules; returns a ``FusionResult``
-    (``program``, ``trace``, ``stop_reason``, ``seconds``)."""
+    (``program``, ``trace``, ``stop_reason``, ``seconds``).
+
+    ``rules``: a RuleSet (``blockbuster.load_rules(path)``), default the shipped
+    default rules; ``limits``: ``blockbuster.Limits``; ``verify_steps``: re-run the
+    reference interpreter after every step and raise at the first step that changes
+    the outputs (use small sizes: the interpreter is slow).
+    """
     from .rewrite.engine import fuse as _fuse
-    return _fuse(program, rules=rules, limits=limits)
+    if verify_steps:
+        from .rewrite.verify_steps import StepVerifier
+        step_check = StepVerifier(program)
+    return _fuse(program, rules=rules, limits=limits, hardware=hardware,
+                 step_check=step_check)
+
+
+def load_rules(*paths):
+    """Load and statically check .bbr rule files into a RuleSet."""
+    from .dsl.loader import load_rules as _load
+    return _load(*paths)
+
+
+def __getattr__(name):
+    # Light import: Limits lives with the engine, loaded on first use.
+    if name == "Limits":
+        from .rewrite.engine import Limits
+        return Limits
+    raise AttributeError(f"module 'blockbuster' has no attribute {name!r}")
 
 
 def compile(program, backend="reference"):  # noqa: A001 - the API's name on purpose

@@ -60,6 +60,18 @@ def build_program(args: argparse.Namespace):
                                 **parse_assignments(args.size, "--size"))
 
 
+def write_new_file(path: str, text: str) -> None:
+    """Write an output file; refuse to overwrite a rule file or a program by mistake."""
+    from pathlib import Path
+    target = Path(path)
+    if target.suffix in (".bbr", ".py", ".lark"):
+        raise UsageError(f"refusing to overwrite {path}: choose a .dot file name")
+    try:
+        target.write_text(text)
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror}") from None
+
+
 def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, allow_nan=False))
 
@@ -79,14 +91,78 @@ def add_run(sub) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="INT",
                    help="seed of the random inputs (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_rule_args(p)
+    p.add_argument("--explain", action="store_true",
+                   help="print the derivation rule by rule, in the text form")
+    p.add_argument("--verify-steps", action="store_true",
+                   help="re-run the reference interpreter after every rule application "
+                        "(on a small ragged copy of the workload) and stop at the first "
+                        "step that changes the outputs")
+    p.add_argument("--dot", metavar="FILE",
+                   help="write Graphviz DOT of the program before and after fusion")
     p.set_defaults(func=cmd_run)
+
+
+def add_rule_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rules", action="append", metavar="FILE", default=[],
+                   help="rule file(s) to fuse with instead of the default rule set")
+    p.add_argument("--without-rule", action="append", metavar="NAME", default=[],
+                   help="leave a rule out (repeatable), e.g. for ablations")
+    p.add_argument("--max-steps", type=int, metavar="INT", help="limit on rule applications")
+    p.add_argument("--max-seconds", type=float, metavar="S", help="time limit of the fusion")
+    p.add_argument("--max-nodes", type=int, metavar="INT", help="limit on expression nodes")
+
+
+def load_rule_args(args: argparse.Namespace):
+    """The RuleSet and Limits the --rules/--without-rule/--max-* flags ask for."""
+    from .dsl.loader import default_rules, load_rules
+    from .rewrite.engine import Limits
+    rules = load_rules(*args.rules) if args.rules else default_rules()
+    unknown = [n for n in args.without_rule if n not in rules.rules]
+    if unknown:
+        raise UsageError(f"--without-rule: no rule named '{unknown[0]}' "
+                         f"(rules: {', '.join(rules.rules)})")
+    rules = rules.without(*args.without_rule)
+    limits = {k: v for k, v in (("max_steps", args.max_steps), ("max_seconds", args.max_seconds),
+                                ("max_nodes", args.max_nodes)) if v is not None}
+    for key, value in limits.items():
+        if value <= 0:
+            raise UsageError(f"--{key.replace('_', '-')} must be positive, got {value}")
+    return rules, Limits(**limits)
+
+
+def _verify_small_copy(args, rules, limits) -> int:
+    """--verify-steps: fuse a small ragged copy of the workload, checking every step."""
+    import blockbuster
+    from .rewrite.verify_steps import StepVerifier, small_sizes
+    full = build_program(args)
+    sizes, blocks = small_sizes(full)
+    small = blockbuster.workload(args.workload, blocks=blocks, **sizes)
+    verifier = StepVerifier(small, seed=args.seed)
+    blockbuster.fuse(small, rules=rules, limits=limits, step_check=verifier)
+    return verifier.checked
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_report, run_workload
+    rules, limits = load_rule_args(args)
+    checked = _verify_small_copy(args, rules, limits) if args.verify_steps else None
+
+    def on_fused(fusion):
+        if args.explain:
+            print(fusion.derivation())
+            print()
+        if args.dot:
+            from .ir.dot import to_dot
+            write_new_file(args.dot, to_dot(("before fusion", fusion.original),
+                                            ("after fusion", fusion.program)))
+
     report = run_workload(args.workload, sizes=parse_assignments(args.size, "--size"),
                           blocks=parse_assignments(args.block, "--block"),
-                          backend=args.backend, seed=args.seed)
+                          backend=args.backend, seed=args.seed, rules=rules, limits=limits,
+                          on_fused=on_fused)
+    if checked is not None:
+        report["verified_steps"] = checked
     if args.json:
         print_json(report)
     else:
@@ -183,8 +259,61 @@ def cmd_backends(args: argparse.Namespace) -> int:
 # main
 # ---------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------
+# rules
+# ---------------------------------------------------------------------------
+
+def add_rules(sub) -> None:
+    p = sub.add_parser("rules", help="check or list .bbr rule files")
+    rsub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
+    check = rsub.add_parser("check", help="parse, statically check and verify the soundness "
+                                          "of every rule (exit 1 if one is unsound)")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("--trials", type=int, default=4, metavar="INT",
+                       help="well-typed instantiations tried per rule (default 4)")
+    check.add_argument("--seed", type=int, default=0, metavar="INT")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.set_defaults(func=cmd_rules_check)
+    lst = rsub.add_parser("list", help="list rules, their locations and phases")
+    lst.add_argument("files", nargs="*", metavar="FILE",
+                     help="rule files (default: the shipped default rule set)")
+    lst.set_defaults(func=cmd_rules_list)
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    from .dsl.loader import load_rules
+    from .rewrite.soundness import check_rules
+    if args.trials < 1:
+        raise UsageError(f"--trials must be positive, got {args.trials}")
+    rules = load_rules(*args.files)
+    findings = check_rules(rules, trials=args.trials, seed=args.seed)
+    unsound = [f for f in findings if not f.sound]
+    if args.json:
+        print_json({"rules": [{"rule": f.rule, "location": f.location, "sound": f.sound,
+                               "trials": f.trials, "detail": f.detail} for f in findings],
+                    "unsound": len(unsound)})
+    else:
+        for f in findings:
+            print(f)
+        print(f"{len(findings) - len(unsound)} sound, {len(unsound)} unsound")
+    return EXIT_VALIDATION_FAILED if unsound else EXIT_OK
+
+
+def cmd_rules_list(args: argparse.Namespace) -> int:
+    from .dsl.loader import default_rules, load_rules
+    rules = load_rules(*args.files) if args.files else default_rules()
+    phases_of: dict[str, list[str]] = {}
+    for phase in rules.phases:
+        for r in phase.rules:
+            phases_of.setdefault(r, []).append(phase.name)
+    for name, rule in rules.rules.items():
+        print(f"{rule.loc}: {name}  [{', '.join(phases_of.get(name, ['(no phase)']))}]")
+    print(f"schedule: {', '.join(rules.schedule)}")
+    return EXIT_OK
+
+
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS: list[Callable] = [add_run, add_show, add_workloads, add_backends]
+COMMANDS: list[Callable] = [add_run, add_show, add_workloads, add_backends, add_rules]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,11 +42,13 @@ def _finite_or_none(x: float) -> float | None:
 
 def run_workload(name: str, sizes: dict[str, int] | None = None,
                  blocks: dict[str, int] | None = None, backend=None, seed: int = 0,
-                 rules=None, limits=None) -> dict[str, Any]:
+                 rules=None, limits=None, step_check=None,
+                 on_fused=None) -> dict[str, Any]:
     """Build, fuse, compile, run and validate one workload; returns the report dict.
 
     ``backend`` is a Backend object or a registered name (default: the registry's
-    default backend). ``rules``/``limits`` go to :func:`blockbuster.fuse`.
+    default backend). ``rules``/``limits``/``step_check`` go to :func:`blockbuster.fuse`;
+    ``on_fused(fusion_result)`` is called before compiling (``--explain``, ``--dot``).
     """
     from .backends.registry import default_backend_name, get_backend
     from .oracles import oracle
@@ -65,8 +67,11 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
         return result
 
     program = timed("build", blockbuster.workload, name, blocks=blocks, **(sizes or {}))
-    fusion = timed("fuse", blockbuster.fuse, program, rules=rules, limits=limits)
+    fusion = timed("fuse", blockbuster.fuse, program, rules=rules, limits=limits,
+                   hardware=hardware, step_check=step_check)
     fused = fusion.program
+    if on_fused is not None:
+        on_fused(fusion)
     compiled = timed("compile", blockbuster.compile, fused, backend=backend)
     inputs = random_inputs(fused, seed=seed)
     outputs = timed("run", compiled, **inputs)
@@ -86,6 +91,7 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
         "stop_reason": fusion.stop_reason,
         "stop_message": getattr(fusion, "message", fusion.stop_reason),
         "fusion_steps": len(fusion.trace),
+        "rules_applied": fusion.rule_counts(),
         "validation": {
             "max_abs_error": _finite_or_none(validation.max_abs_error),
             "max_rel_error": _finite_or_none(validation.max_rel_error),
