@@ -55,7 +55,7 @@ import attrs
 from ..errors import IRError
 from ..ir.combiners import COMBINERS
 from ..ir.expr import Expr
-from ..ir.index import IVar, Idx, substitute
+from ..ir.index import IConst, IVar, Idx, free_vars as index_vars, substitute
 from ..ir.ops import OPS
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
@@ -183,6 +183,10 @@ class _Frame:
 Chain = tuple[_Frame, ...]
 
 
+def _single_block(loop: Loop) -> bool:
+    return loop.dim.nblocks == 1 and loop.lo is None and loop.hi is None
+
+
 class _KernelCounter:
     """Walks a kernel's DAG once per (node, placement) and accumulates element counts."""
 
@@ -216,18 +220,29 @@ class _KernelCounter:
         return scope
 
     def _place(self, node: Expr, ctx: Chain) -> Chain:
-        """The prefix of ``ctx`` a node runs in: down to the innermost loop it uses."""
+        """The prefix of ``ctx`` a node runs in: down to the innermost loop it uses.
+        A reduce/map loop of one block is no loop (its variable is always 0), so it
+        does not pin a node inside it."""
         depth = self.nk
         if node.free_vars:
             scope = self._scope(ctx)
-            depth = max(depth, 1 + max(scope[v] for v in node.free_vars))
+            for v in node.free_vars:
+                d = scope.get(v)
+                if d is None:       # a one-block loop this node's parent left behind
+                    continue
+                if d >= self.nk and _single_block(ctx[d].loop):
+                    continue
+                depth = max(depth, d + 1)
         return ctx[:depth]
 
     def _rename(self, ix: Idx | None, chain: Chain) -> Idx | None:
         if ix is None:
             return None
         scope = self._scope(chain)
-        return substitute(ix, {v: IVar(chain[d].loop.name) for v, d in scope.items()})
+        mapping = {v: IVar(chain[d].loop.name) for v, d in scope.items()}
+        # Variables of one-block loops the node was hoisted out of are block 0.
+        mapping.update({v: IConst(0) for v in index_vars(ix) if v not in scope})
+        return substitute(ix, mapping)
 
     def _elements(self, shape, chain: Chain) -> int:
         return elements(shape, tuple(f.loop for f in chain), self.sums)
