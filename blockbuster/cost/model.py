@@ -230,7 +230,10 @@ class _KernelCounter:
                 d = scope.get(v)
                 if d is None:       # a one-block loop this node's parent left behind
                     continue
-                if d >= self.nk and _single_block(ctx[d].loop):
+                frame = ctx[d]
+                if (d >= self.nk and _single_block(frame.loop) and not (
+                        frame.binder is not None and frame.binder.op == "reduce"
+                        and frame.binder.attr.combiner == "online_softmax")):
                     continue
                 depth = max(depth, d + 1)
         return ctx[:depth]

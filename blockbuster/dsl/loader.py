@@ -103,6 +103,7 @@ class RuleFileLoader:
         self.schedule_loc: tuple | None = None
         self.files: list[str] = []
         self._loaded: set[Path] = set()
+        self._phase_refs: list[tuple] = []     # guards naming a phase, checked at the end
 
     # -- files -----------------------------------------------------------------
     def load_file(self, path: Path, display: str | None = None) -> None:
@@ -172,7 +173,8 @@ class RuleFileLoader:
                 raise error_at(node, f"right-hand side uses '{ref}', which the pattern does "
                                      "not bind", text, filename)
         guards = self._guards(guard, text, filename,
-                              {"expr": lhs_b.names, "var": lhs_b.binder_vars})
+                              {"expr": lhs_b.names, "var": lhs_b.binder_vars,
+                               "range": lhs_b.ranges})
         return RuleDef(name, loc, "rewrite", guards, lhs=lhs, rhs=rhs, text=rule_text)
 
     def _action_rule(self, name, loc, body, guard, text, filename, rule_text):
@@ -217,10 +219,15 @@ class RuleFileLoader:
                     raise error_at(arg.meta, f"guard '{gname}' takes names, not expressions",
                                    text, filename)
                 aname = str(arg.children[0])
+                if kind == "phase":     # phases may be declared later: checked at the end
+                    self._phase_refs.append((aname, arg.children[0], text, filename))
+                    names.append(aname)
+                    continue
                 allowed = names_by_kind.get(kind, set())
                 if aname not in allowed:
                     what = {"expr": "a pattern variable", "var": "a loop variable bound by "
-                            "the pattern", "array": "the action's array"}[kind]
+                            "the pattern", "range": "a range bound by the pattern",
+                            "array": "the action's array"}[kind]
                     raise error_at(arg.children[0], f"guard '{gname}': '{aname}' is not "
                                                     f"{what}", text, filename)
                 names.append(aname)
@@ -246,6 +253,10 @@ class RuleFileLoader:
         self.schedule = tuple(str(t) for t in item.children)
 
     def result(self) -> RuleSet:
+        known = {p.name for p in self.phases}
+        for name, tok, text, filename in self._phase_refs:
+            if name not in known:
+                raise error_at(tok, f"guard names unknown phase '{name}'", text, filename)
         phases = tuple(self.phases)
         if not phases:      # no phases: every rule in one phase, in file order
             phases = (Phase("all", tuple(self.rules), SourceLoc("<implicit>", 0, 0)),)

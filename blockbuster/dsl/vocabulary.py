@@ -4,8 +4,9 @@ built-in structural actions. The rule engine implements each entry
 evaluated by the engine, never by ``eval`` of user text.
 
 A parameter kind is ``expr`` (a pattern variable bound by the left-hand side),
-``var`` (a loop variable bound by a binder in the left-hand side) or ``array``
-(the array an action works on).
+``var`` (a loop variable bound by a binder in the left-hand side), ``range`` (the
+range of such a binder), ``array`` (the array an action works on) or ``phase`` (a
+phase of the rule file, for guards that price an action by looking ahead).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ GUARDS: dict[str, tuple[tuple[str, ...], str]] = {
     "same_index": (("array",), "every load of X reads it at its producer's own block "
                                "index, so inlining recomputes nothing"),
     "fits_local": (("array",), "after inlining X the consumer still fits the local tier"),
+    "bounds_invariant": (("range", "var"), "the bounds of range R do not depend on loop "
+                                           "index d"),
+    "cheaper_after": (("phase",), "the action's result, after running phase P to a "
+                                  "fixpoint, moves fewer global bytes (cost model)"),
+    "fits_after": (("phase",), "the action's result, after running phase P, fits the "
+                               "local tier of the hardware"),
 }
 
 #: name -> (parameter kinds, one-line meaning)
@@ -31,4 +38,6 @@ ACTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "drop_dead": ((), "delete kernels whose intermediate arrays nobody loads"),
     "merge_reductions": ((), "merge reductions over the same range in one kernel into "
                              "one multi-output reduction (shared loop)"),
+    "hold": ((), "hold a row of output blocks in the local tier: a kernel's parallel loop "
+                 "becomes a local map stored with ':'"),
 }

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import attrs
 
 from ..ir.combiners import COMBINERS
-from ..ir.expr import Expr, ReduceAttr, proj
+from ..ir.expr import BindAttr, Expr, ReduceAttr, proj
 from ..ir.index import IVar
 from ..ir.program import Kernel, Program
 from .subst import replace_nodes, substitute_index
@@ -216,7 +216,44 @@ def _merge_application(program, kernel, a, b, scopes):
     return Application(kernel.name, a, new, {}, build)
 
 
+# --- hold ---------------------------------------------------------------------------
+
+def find_hold(program: Program) -> Iterator[Application]:
+    """Every (kernel, inner parallel loop) that could become a local map."""
+    for kernel in program.kernels:
+        for var, dim in kernel.loops[1:]:          # keep at least one parallel loop
+            # ':' subscripts peel maps outermost first: the new map goes outside, so
+            # its subscript must come before any existing ':'.
+            if all(_held_first(s.index, var) for s in kernel.stores):
+                yield _hold_application(program, kernel, var, dim)
+
+
+def _held_first(index, var) -> bool:
+    for ix in index:
+        if ix is None:
+            return False
+        if ix == IVar(var):
+            return True
+    return False
+
+
+def _hold_application(program, kernel, var, dim) -> Application:
+    def build():
+        stores = []
+        for s in kernel.stores:
+            index = tuple(None if (ix is not None and ix == IVar(var)) else ix
+                          for ix in s.index)
+            stores.append(attrs.evolve(s, index=index,
+                                       value=Expr("map", (s.value,), BindAttr(var, dim))))
+        loops = tuple(loop for loop in kernel.loops if loop[0] != var)
+        new = attrs.evolve(kernel, loops=loops, stores=tuple(stores))
+        return program.evolve(kernels=tuple(new if k is kernel else k
+                                            for k in program.kernels))
+    return Application(kernel.name, None, None, {"loop": var}, build)
+
+
 ACTION_IMPLS: dict[str, Callable[[Program], Iterator[Application]]] = {
+    "hold": find_hold,
     "inline": find_inline,
     "drop_dead": find_dead,
     "merge_reductions": find_merge_reductions,

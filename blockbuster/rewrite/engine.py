@@ -139,6 +139,7 @@ class Engine:
         self.step_check = step_check
         self.use_index = use_index
         self._no_match: set = set()     # (rule name, node): matching is context-free
+        self._lookahead: dict = {}
 
     # -- finding one application -------------------------------------------------
     def _first_rewrite(self, program: Program, index: dict) -> tuple | None:
@@ -170,9 +171,22 @@ class Engine:
             for app in ACTION_IMPLS[rule.action](program):
                 bindings = {param: value for param, value in
                             zip(rule.action_args, app.bindings.values())}
-                if guards_hold(rule, RuleContext(program, None, self.hardware), bindings):
+                ctx = RuleContext(program, None, self.hardware, candidate=_once(app.build),
+                                  run_phase=self._run_phase)
+                if guards_hold(rule, ctx, bindings):
                     return rule, app
         return None
+
+    def _run_phase(self, program: Program, phase: str) -> Program:
+        """Lookahead for pricing guards: ``program`` after ``phase`` alone (memoised)."""
+        key = (program, phase)
+        hit = self._lookahead.get(key)
+        if hit is None:
+            rules = self.compiled.rules
+            only = RuleSet(rules.rules, rules.phases, (phase,), rules.files)
+            hit = Engine(only, self.limits, self.hardware).run(program).program
+            self._lookahead[key] = hit
+        return hit
 
     # -- the run -----------------------------------------------------------------
     def run(self, program: Program) -> FusionResult:
@@ -223,6 +237,16 @@ class Engine:
         except IRError as err:
             raise RuleError(f"{rule.loc}: rule '{rule.name}' produced an ill-formed "
                             f"program: {err}") from None
+
+
+def _once(build: Callable[[], Program]) -> Callable[[], Program]:
+    cache: list[Program] = []
+
+    def get() -> Program:
+        if not cache:
+            cache.append(build())
+        return cache[0]
+    return get
 
 
 def _node_count(program: Program) -> int:

@@ -31,6 +31,8 @@ class RuleContext:
     program: Program
     kernel: Kernel | None = None
     hardware: object = None
+    candidate: Callable[[], Program] | None = None   # an action's result, built lazily
+    run_phase: Callable[[Program, str], Program] | None = None   # lookahead (engine)
     _checker: TypeChecker | None = None
 
     def type_of(self, e: Expr):
@@ -80,6 +82,29 @@ def same_index(ctx: RuleContext, array: str) -> bool:
     return True
 
 
+def _lookahead(ctx: RuleContext, phase: str) -> tuple[Program, Program]:
+    """(current program, action result), each after running ``phase`` to a fixpoint."""
+    if ctx.candidate is None or ctx.run_phase is None:
+        raise ValueError("cheaper_after/fits_after guard an action's result")
+    return ctx.run_phase(ctx.program, phase), ctx.run_phase(ctx.candidate(), phase)
+
+
+def cheaper_after(ctx: RuleContext, phase: str) -> bool:
+    from ..cost.model import cost
+    now, then = _lookahead(ctx, phase)
+    return cost(then, ctx.hardware).global_bytes < cost(now, ctx.hardware).global_bytes
+
+
+def fits_after(ctx: RuleContext, phase: str) -> bool:
+    from ..cost.model import cost
+    return cost(_lookahead(ctx, phase)[1], ctx.hardware).fits
+
+
+def _bounds_invariant(b, rng, var) -> bool:
+    _dim, lo, hi = b[rng]
+    return all(bound is None or b[var] not in index_vars(bound) for bound in (lo, hi))
+
+
 def fits_local(ctx: RuleContext, array: str) -> bool:
     """Inlining ``array`` into its consumers keeps each one within the local tier."""
     from .actions import inline_everywhere
@@ -98,6 +123,9 @@ GUARD_IMPLS: dict[str, Callable] = {
     "intermediate": lambda ctx, b, a: b[a] in ctx.program.intermediates,
     "same_index": lambda ctx, b, a: same_index(ctx, b[a]),
     "fits_local": lambda ctx, b, a: fits_local(ctx, b[a]),
+    "bounds_invariant": lambda ctx, b, r, v: _bounds_invariant(b, r, v),
+    "cheaper_after": lambda ctx, b, p: cheaper_after(ctx, p),
+    "fits_after": lambda ctx, b, p: fits_after(ctx, p),
 }
 
 assert set(GUARD_IMPLS) == set(GUARDS), "every guard in the vocabulary is implemented"

@@ -28,7 +28,7 @@ from ..ir import expr as E
 from ..ir.expr import Expr
 from ..ir.index import IConst, IVar
 from ..ir.program import Kernel, Program, Store
-from ..ir.types import BlockType, Dim, GlobalArray
+from ..ir.types import ArrayType, BlockType, Dim, GlobalArray
 from ..ir.verify import verify
 from .actions import ACTION_IMPLS
 from .guards import RuleContext, guards_hold
@@ -132,16 +132,21 @@ class _Instance:
         self.lhs = instantiate(rule.lhs, bindings)
         self.rhs = instantiate(rule.rhs, bindings)
 
-    def program(self, value: Expr, out_type: BlockType) -> Program:
+    def program(self, value: Expr, out_type) -> Program:
+        # A map value is stored with ':' along each of its (point) dimensions.
+        held = []
+        while isinstance(out_type, ArrayType):
+            held.append(out_type.dim)
+            out_type = out_type.elem
         axes = out_type.axes or ("U",)
         dims = dict(self.dims)
         if not out_type.axes:
             dims["U"] = UNIT
         loops = tuple((f"o{i}", a) for i, a in enumerate(axes))
-        out = GlobalArray("out", axes)
+        out = GlobalArray("out", tuple(held) + axes)
         arrays = tuple(self.arrays) + (out,)
-        kernel = Kernel("k", loops, (Store("out", tuple(IVar(v) for v, _ in loops),
-                                            value),))
+        index = (None,) * len(held) + tuple(IVar(v) for v, _ in loops)
+        kernel = Kernel("k", loops, (Store("out", index, value),))
         program = Program("check", tuple(dims.values()), arrays,
                           tuple(a.name for a in self.arrays), ("out",), (kernel,))
         return program
@@ -172,7 +177,7 @@ def _check_rewrite(rule: RuleDef, trials: int, seed: int) -> Finding:
             lhs_type = _type(base, inst.lhs)
         except IRError:
             continue
-        if not isinstance(lhs_type, BlockType):
+        if not isinstance(lhs_type, (BlockType, ArrayType)):
             continue
         bindings: dict = {}
         if not matcher(inst.lhs, bindings):
