@@ -42,12 +42,26 @@ def _keep_ge(p, q, a):
     return np.where(p[:, None] >= q[None, :], a, np.asarray(NEG_INF, a.dtype))
 
 
+def _rotate_half(x):
+    c = x.shape[1]
+    if c % 2:
+        raise BackendError(f"rotate_half needs an even number of columns, got {c}")
+    return np.concatenate([-x[:, c // 2:], x[:, : c // 2]], axis=1)
+
+
+def _relabel(p, a):
+    if p.shape[0] != a.shape[1]:
+        raise BackendError(f"relabel: a block with {a.shape[1]} columns cannot take "
+                           f"{p.shape[0]} positions")
+    return a
+
+
 #: Operators that are plain functions of their argument values (no env needed).
 PURE: dict[str, Callable] = {
     "neg": np.negative, "exp": np.exp, "log": np.log, "recip": lambda x: 1 / x,
     "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "square": np.square,
     "abs": np.abs, "silu": lambda x: x * _sigmoid(x), "sigmoid": _sigmoid,
-    "tanh": np.tanh,
+    "tanh": np.tanh, "ones": np.ones_like,
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "max": np.maximum, "min": np.minimum,
     "rowscale": lambda s, a: s[:, None] * a,
@@ -60,6 +74,7 @@ PURE: dict[str, Callable] = {
     "rowsum": lambda a: a.sum(axis=1), "rowmax": lambda a: a.max(axis=1),
     "colsum": lambda a: a.sum(axis=0), "colmax": lambda a: a.max(axis=0),
     "keep_ge": _keep_ge,
+    "rotate_half": _rotate_half, "relabel": _relabel,
 }
 
 

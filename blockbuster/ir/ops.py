@@ -15,7 +15,7 @@ from .types import SCALAR, ArrayType, BlockType, TupleType
 
 #: Elementwise unary operators (type: same as the argument).
 UNARY = ("neg", "exp", "log", "recip", "sqrt", "rsqrt", "square", "abs",
-         "silu", "sigmoid", "tanh")
+         "silu", "sigmoid", "tanh", "ones")   # ones(x): 1 everywhere, x's shape (counts)
 
 #: Elementwise binary operators; a scalar broadcasts against anything.
 BINARY = ("add", "sub", "mul", "div", "max", "min")
@@ -83,6 +83,15 @@ def _transpose(ts, attr):
     return BlockType((a.axes[1], a.axes[0]))
 
 
+def _rotate_half(ts, attr):
+    return _rank(ts[0], 2, "operand")
+
+
+def _relabel(ts, attr):
+    p, a = _rank(ts[0], 1, "positions vector"), _rank(ts[1], 2, "block")
+    return BlockType((a.axes[0], p.axes[0]))
+
+
 def _rowreduce(ts, attr):
     return BlockType((_rank(ts[0], 2, "operand").axes[0],))
 
@@ -134,6 +143,15 @@ _add("colshift", 2, "broadcast", _col_broadcast)   # a + v[None, :]
 _add("outer", 2, "broadcast", _outer)              # s[:, None] * v[None, :]
 _add("dot", 2, "dot", _dot)
 _add("transpose", 1, "layout", _transpose)
+# Rotary embeddings (rotate-half convention): concat(-x2, x1) of the two halves of
+# the block's columns (an even number of them). Not elementwise: a signed column
+# permutation (linear; commutes with rowscale, not with column broadcasts).
+_add("rotate_half", 1, "permute", _rotate_half)
+# relabel(p, a): the block ``a`` with its columns renamed to the dimension of the
+# position vector ``p`` (e.g. ``pos(HD, d)``); the values are ``a`` unchanged, and
+# the column extents must agree. It views one head-sized column block of a
+# projection (dim QD or KD) as a head (dim HD) and back; ``p`` only names the type.
+_add("relabel", 2, "relabel", _relabel)
 _add("rowsum", 1, "rowreduce", _rowreduce)
 _add("rowmax", 1, "rowreduce", _rowreduce)
 _add("colsum", 1, "colreduce", _colreduce)

@@ -33,6 +33,7 @@ UNARY_MATH = {
     "silu": (lambda x: x / (1.0 + np.exp(-x)), False),
     "sigmoid": (lambda x: 1.0 / (1.0 + np.exp(-x)), False),
     "tanh": (np.tanh, False),
+    "ones": (np.ones_like, False),
 }
 
 BINARY_MATH = {

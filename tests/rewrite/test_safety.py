@@ -1,0 +1,88 @@
+"""Numerical safety, beyond the paper: the default rules give an online softmax with a
+running max and a Welford/Chan variance; the paper's rule set (paper.bbr) does not.
+Float32 execution (reference interpreter) against the float64 oracle."""
+
+import numpy as np
+import pytest
+
+from blockbuster.backends.reference import run_program
+from blockbuster.dsl.loader import default_rules, load_rules, shipped_rulesets_dir
+from blockbuster.frontend.workloads import workload
+from blockbuster.oracles import oracle
+from blockbuster.rewrite.engine import fuse
+from blockbuster.validate import compare, random_inputs
+
+PAPER = load_rules(shipped_rulesets_dir() / "paper.bbr")
+
+
+def _run(program, rules, inputs):
+    fused = fuse(program, rules).program
+    assert len(fused.kernels) == 1
+    with np.errstate(all="ignore"):
+        return fused, run_program(fused, inputs)
+
+
+def _huge_logit_inputs(program):
+    x = random_inputs(program, seed=1)
+    x["Q"] *= 55.0
+    x["K"] *= 55.0
+    logits = x["Q"].astype(np.float64) @ x["K"].T.astype(np.float64) / np.sqrt(x["Q"].shape[1])
+    assert np.abs(logits).max() >= 1e4          # the case the issue names
+    return x
+
+
+def test_default_attention_keeps_a_running_max_and_stays_accurate_at_logits_of_1e4():
+    program = workload("attention", N=200, S=150, D=64)
+    x = _huge_logit_inputs(program)
+    fused, out = _run(program, default_rules(), x)
+    assert "online_softmax" in str(fused) and "runmax" in str(fused)
+    v = compare(out, oracle("attention", x))
+    assert np.all(np.isfinite(out["O"]))
+    assert v.passed and v.max_rel_error < 1e-4, v
+
+
+def test_paper_attention_overflows_at_the_same_logits():
+    program = workload("attention", N=200, S=150, D=64)
+    x = _huge_logit_inputs(program)
+    fused, out = _run(program, PAPER, x)
+    assert "runmax" not in str(fused)
+    assert not np.all(np.isfinite(out["O"]))
+
+
+def _shifted_rows(program, mean):
+    x = random_inputs(program, seed=2)
+    x["X"] += np.float32(mean)
+    return x
+
+
+def test_default_layernorm_uses_chan_and_is_accurate_for_rows_with_mean_1e3():
+    program = workload("layernorm_matmul", M=100, K=300, N=70)
+    x = _shifted_rows(program, 1e3)
+    fused, out = _run(program, default_rules(), x)
+    assert "meanvar(" in str(fused)
+    v = compare(out, oracle("layernorm_matmul", x))
+    assert v.passed and v.max_rel_error < 1e-3, v
+
+
+def test_paper_layernorm_loses_digits_for_rows_with_mean_1e3():
+    program = workload("layernorm_matmul", M=100, K=300, N=70)
+    x = _shifted_rows(program, 1e3)
+    fused, out = _run(program, PAPER, x)
+    assert "meanvar(" not in str(fused)
+    v = compare(out, oracle("layernorm_matmul", x))
+    assert not v.passed and v.max_rel_error > 1e-2, v
+
+
+@pytest.mark.parametrize("name,sizes,blocks", [
+    ("attention", dict(N=130, S=97, D=48), dict(N=32, S=32, D=16)),
+    ("layernorm_matmul", dict(M=45, K=70, N=33), dict(M=16, K=32, N=16)),
+    ("rmsnorm_ffn_swiglu", dict(M=21, D=50, H=45), dict(M=16, D=16, H=16)),
+])
+def test_fused_matches_the_oracle_at_ragged_sizes(name, sizes, blocks):
+    program = workload(name, blocks=blocks, **sizes)
+    x = random_inputs(program, seed=4)
+    fused = fuse(program).program
+    assert len(fused.kernels) == 1
+    assert fused.intermediates == ()
+    v = compare(run_program(fused, x), oracle(name, x))
+    assert v.passed, v
