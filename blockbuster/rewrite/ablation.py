@@ -1,0 +1,48 @@
+"""Ablation: what each rule of a rule set contributes (kernels and global bytes of
+each workload with the rule removed), as ``--without-rule`` would show."""
+
+from __future__ import annotations
+
+import attrs
+
+from ..cost.model import cost
+from ..dsl.ast import RuleSet
+from ..ir.program import Program
+from .engine import fuse
+
+
+@attrs.frozen
+class Outcome:
+    kernels: int
+    global_bytes: int
+
+    def __str__(self) -> str:
+        return f"{self.kernels}k {self.global_bytes / 2**20:.2f}MiB"
+
+
+def outcome(program: Program, rules: RuleSet) -> Outcome:
+    fused = fuse(program, rules).program
+    return Outcome(len(fused.kernels), cost(fused).global_bytes)
+
+
+def ablation_table(rules: RuleSet, programs: dict[str, Program]) -> dict[str, dict[str, Outcome]]:
+    """``{rule or "(all rules)": {workload: Outcome}}``."""
+    table = {"(all rules)": {n: outcome(p, rules) for n, p in programs.items()}}
+    for name in rules.rules:
+        table[name] = {n: outcome(p, rules.without(name)) for n, p in programs.items()}
+    return table
+
+
+def format_ablation(table: dict[str, dict[str, Outcome]]) -> str:
+    workloads = list(next(iter(table.values())))
+    base = table["(all rules)"]
+    width = max(len(r) for r in table)
+    lines = [f"{'without rule':<{width}}  " + "  ".join(f"{w:<22}" for w in workloads)]
+    for rule, row in table.items():
+        cells = []
+        for w in workloads:
+            mark = "" if rule == "(all rules)" or row[w] == base[w] else " *"
+            cells.append(f"{str(row[w]) + mark:<22}")
+        lines.append(f"{rule:<{width}}  " + "  ".join(cells))
+    lines.append("(* = differs from the full rule set)")
+    return "\n".join(lines)
