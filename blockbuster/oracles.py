@@ -41,10 +41,61 @@ def rmsnorm_ffn_swiglu(X, g, W1, W3, W2) -> dict:
     return {"Y": (_silu(h @ W1) * (h @ W3)) @ W2}
 
 
+def _rms_norm(x, g):
+    return x / np.sqrt((x ** 2).mean(axis=1, keepdims=True) + 1e-6) * g
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def _llama_layer(X, g1, Wq, Wk, Wv, Wo, g2, W1, W3, W2, cos, sin):
+    tokens, head = X.shape[0], cos.shape[1]
+    nh, nkv = Wq.shape[1] // head, Wk.shape[1] // head
+
+    def heads(a, n):                       # [T, n·head] -> [n, T, head]
+        return a.reshape(tokens, n, head).transpose(1, 0, 2)
+
+    h = _rms_norm(X, g1)
+    q, k, v = heads(h @ Wq, nh), heads(h @ Wk, nkv), heads(h @ Wv, nkv)
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin
+    k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)  # h -> h // g
+    logits = q @ k.transpose(0, 2, 1) / np.sqrt(head)
+    logits = np.where(np.tril(np.ones((tokens, tokens), bool)), logits, -np.inf)
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    u = X + (weights @ v).transpose(1, 0, 2).reshape(tokens, nh * head) @ Wo
+    z = _rms_norm(u, g2)
+    return u + (_silu(z @ W1) * (z @ W3)) @ W2
+
+
+_LLAMA_WEIGHTS = ("g1", "Wq", "Wk", "Wv", "Wo", "g2", "W1", "W3", "W2")
+
+
+def llama_block(**arrays) -> dict:
+    """Decoder layers applied in order; weights ``Wq`` (one layer) or ``Wq_0``,
+    ``Wq_1``... (the number of layers is how many there are)."""
+    if "Wq" in arrays:
+        layers = [{n: arrays[n] for n in _LLAMA_WEIGHTS}]
+    else:
+        layers = []
+        while f"Wq_{len(layers)}" in arrays:
+            layers.append({n: arrays[f"{n}_{len(layers)}"] for n in _LLAMA_WEIGHTS})
+        if not layers:
+            raise UsageError("llama_block: no weights Wq or Wq_0 among the inputs")
+    x = arrays["X"]
+    for w in layers:
+        x = _llama_layer(x, cos=arrays["cos"], sin=arrays["sin"], **w)
+    return {"Y": x}
+
+
 ORACLES: dict[str, Callable[..., dict]] = {
     "attention": attention,
     "layernorm_matmul": layernorm_matmul,
     "rmsnorm_ffn_swiglu": rmsnorm_ffn_swiglu,
+    "llama_block": llama_block,
 }
 
 

@@ -21,8 +21,8 @@ FLOPs per execution of a node (``n`` = elements of the result, actual extents):
 
 * elementwise unary/binary ops, broadcasts, ``outer``, ``keep_ge``: ``n``;
   ``exp``/``log``/``rsqrt``... count 1 per element like ``add``;
-* ``dot`` of ``R×K`` by ``K×C``: ``2·R·K·C``; ``transpose``, ``proj``, ``map``,
-  leaves: 0;
+* ``dot`` of ``R×K`` by ``K×C``: ``2·R·K·C``; ``transpose``, ``relabel``, ``proj``,
+  ``map``, leaves: 0; ``rotate_half``: ``n / 2`` (the negated half);
 * ``rowsum``/``rowmax``/``colsum``/``colmax``: the elements of the operand;
 * ``reduce``, per step, on top of its bodies' own FLOPs:
 
@@ -320,6 +320,12 @@ class _KernelCounter:
             return BlockShape((r, c))
         elif kind == "layout":                              # transpose: no arithmetic
             return BlockShape(args[0].axes[::-1])
+        elif kind == "permute":                             # rotate_half: negate half
+            shape = args[0]
+            self.flops += self._elements(shape, at) // 2
+            return shape
+        elif kind == "relabel":                             # a view: no arithmetic
+            return BlockShape((args[1].axes[0], args[0].axes[0]))
         elif kind in ("rowreduce", "colreduce"):
             self.flops += self._elements(args[0], at)
             return BlockShape((args[0].axes[0 if kind == "rowreduce" else 1],))

@@ -1,7 +1,9 @@
 """The built-in workloads, written with the tensor builder (unfused block programs).
 
 Each workload has fixed dimension names; ``sizes`` overrides dimension sizes and
-``blocks`` block sizes. Unknown dimension names are a :class:`UsageError`.
+``blocks`` block sizes. Some workloads also take integer parameters that are not
+dimensions, given like sizes (``workload("llama_block", NH=8, KVH=2, layers=4)``).
+Unknown names are a :class:`UsageError`.
 """
 
 from __future__ import annotations
@@ -24,22 +26,29 @@ class Workload:
     blocks: dict[str, int]           # default block sizes (default: min(size, 64))
     build: Callable[..., Program]    # (sizes, blocks) -> Program
     derived: dict[str, str] = attrs.field(factory=dict)   # dim -> dim whose size it copies
+    # Integer parameters that are not dimensions (head counts, layers): given like
+    # sizes, passed to ``build`` with them, never blocked.
+    params: dict[str, int] = attrs.field(factory=dict)
 
 
 def _sizes(w: Workload, sizes: dict, blocks: dict) -> tuple[dict, dict]:
     for d in list(sizes) + list(blocks):
-        if d not in w.dims:
+        if d not in w.dims and (d in blocks or d not in w.params):
+            params = f"; parameters: {', '.join(w.params)}" if w.params else ""
             raise UsageError(f"workload {w.name} has no dimension '{d}' "
-                             f"(dimensions: {', '.join(w.dims)})")
+                             f"(dimensions: {', '.join(w.dims)}{params})")
     for d, v in list(sizes.items()) + list(blocks.items()):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise UsageError(f"dimension {d}: sizes must be positive integers, got {v!r}")
+            kind = "parameter" if d in w.params and d not in blocks else "dimension"
+            raise UsageError(f"{kind} {d}: sizes must be positive integers, got {v!r}")
     full = dict(w.dims)
     for d, src in w.derived.items():
         if d not in sizes and src in sizes:
             full[d] = sizes[src]
-    full.update(sizes)
+    full.update({d: v for d, v in sizes.items() if d in w.dims})
     full_blocks = {d: min(full[d], blocks.get(d, w.blocks.get(d, 64))) for d in full}
+    full.update(w.params)
+    full.update({d: v for d, v in sizes.items() if d in w.params})
     return full, full_blocks
 
 
@@ -74,6 +83,48 @@ def _rmsnorm_ffn_swiglu(s: dict, b: dict) -> Program:
     return g.build(g.matmul(gated, w2, name="Y"))
 
 
+def _llama_block(s: dict, b: dict) -> Program:
+    """A stack of ``layers`` Llama decoder layers (pre-RMSNorm, rotary GQA causal
+    attention, SwiGLU FFN). Heads: see :meth:`GraphBuilder.rope_heads`."""
+    nh, nkv, layers, width = s["NH"], s["KVH"], s["layers"], s["E"]
+    if width % nh:
+        raise UsageError(f"llama_block: E={width} is not divisible by NH={nh}")
+    if nh % nkv:
+        raise UsageError(f"llama_block: KVH={nkv} does not divide NH={nh}")
+    hd = width // nh
+    if hd % 2:
+        raise UsageError(f"llama_block: the head size E/NH={hd} must be even (rotary)")
+    g = GraphBuilder("llama_block")
+    for d in ("T", "E", "F"):
+        g.dim(d, s[d], b[d])
+    g.dim("QD", width, hd)          # query columns: block h is query head h
+    g.dim("KD", nkv * hd, hd)       # key/value columns: block g is kv head g
+    g.dim("HD", hd, hd)             # the columns of one head
+    g.point_dim("H", nh)
+    g.point_dim("G", nkv)
+    x = g.input("X", "T", "E")
+    suffix = (lambda n, l: n) if layers == 1 else (lambda n, l: f"{n}_{l}")
+    weights = []
+    for layer in range(layers):
+        spec = (("g1", "E"), ("Wq", "E", "QD"), ("Wk", "E", "KD"), ("Wv", "E", "KD"),
+                ("Wo", "QD", "E"), ("g2", "E"), ("W1", "E", "F"), ("W3", "E", "F"),
+                ("W2", "F", "E"))
+        weights.append({n: g.input(suffix(n, layer), *dims) for n, *dims in spec})
+    cos, sin = g.input("cos", "T", "HD"), g.input("sin", "T", "HD")
+    for layer, w in enumerate(weights):
+        h = g.rms_norm(x, w["g1"], 1e-6)
+        q = g.rope_heads(g.matmul(h, w["Wq"]), cos, sin, "H")
+        k = g.rope_heads(g.matmul(h, w["Wk"]), cos, sin, "G")
+        v = g.matmul(h, w["Wv"])
+        o = g.causal_attention(q, k, v, 1.0 / math.sqrt(hd))
+        u = g.binary("add", x, g.merge_heads_matmul(o, w["Wo"]))
+        z = g.rms_norm(u, w["g2"], 1e-6)
+        gated = g.binary("mul", g.unary("silu", g.matmul(z, w["W1"])), g.matmul(z, w["W3"]))
+        out = "Y" if layer == layers - 1 else f"Y_{layer}"
+        x = g.binary("add", u, g.matmul(gated, w["W2"]), name=out)
+    return g.build(x)
+
+
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("attention", "O = softmax(Q·Kᵀ/√D)·V (softmax over keys)",
              {"N": 256, "S": 256, "D": 64}, {"N": 64, "S": 64, "D": 64}, _attention,
@@ -82,6 +133,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              {"M": 256, "K": 256, "N": 256}, {"M": 64, "K": 64, "N": 64}, _layernorm_matmul),
     Workload("rmsnorm_ffn_swiglu", "Y = (silu(h·W1) ⊙ (h·W3))·W2, h = RMSNorm(X)·g",
              {"M": 128, "D": 256, "H": 512}, {"M": 64, "D": 64, "H": 64}, _rmsnorm_ffn_swiglu),
+    Workload("llama_block", "Llama decoder layers (NH=4 KVH=2 layers=1): u = X + causal "
+             "RoPE GQA attention(RMSNorm(X)), Y = u + SwiGLU(RMSNorm(u))",
+             {"T": 64, "E": 64, "F": 128}, {"T": 16, "E": 32, "F": 32}, _llama_block,
+             params={"NH": 4, "KVH": 2, "layers": 1}),
 )}
 
 
