@@ -202,6 +202,8 @@ class Evaluator:
             return env[("runmax", node.attr)][1]
         if op == "proj":
             return self.value(node.args[0], env)[node.attr]
+        if op == "get":
+            return self.value(node.args[0], env)[env[node.attr]]
         if op == "map":
             var, d = node.attr.var, self.dims[node.attr.dim]
             return [self.value(node.args[0], _bind(env, var, b)) for b in range(d.nblocks)]

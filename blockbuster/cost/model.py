@@ -172,7 +172,10 @@ class _Frame:
 
     ``loop.name`` is ``_<depth>``, unique along a chain, so index expressions can be
     renamed into it even where a source variable is shadowed. ``binder`` is part of
-    the identity: two different reductions over the same range are two loops.
+    the identity: two different reductions over the same range are two loops. A
+    ``map`` frame has no binder: sibling maps over the same dimension in one place
+    (the held passengers of one reduction step) are one loop, as a code generator
+    emits them, so a block they all use is loaded once.
     """
 
     var: str
@@ -209,7 +212,7 @@ class _KernelCounter:
             self.visit(store.value, top)
         self.stored = sum(self._store_elements(s, top) for s in kernel.stores)
         self.footprint = sum(full_elements(shape) for node, shape in
-                             self._first_shape.items() if node.op != "proj")
+                             self._first_shape.items() if node.op not in ("proj", "get"))
 
     # -- scopes and placement ---------------------------------------------------
     def _scope(self, chain: Chain) -> dict[str, int]:
@@ -298,6 +301,12 @@ class _KernelCounter:
             return rows(self.visit(softmax.args[0], at))
         if op == "proj":
             return self.visit(node.args[0], at).items[node.attr]
+        if op == "get":         # a view of one block of a held map array
+            array = self.visit(node.args[0], at)
+            depth = self._scope(at).get(node.attr)
+            target = IConst(0) if depth is None else IVar(at[depth].loop.name)
+            return map_axes(array.elem, lambda d, ix: (d, None if ix is None
+                                                       else substitute(ix, {array.var: target})))
         if op == "map":
             return self._map(node, at)
         if op == "reduce":
@@ -337,7 +346,7 @@ class _KernelCounter:
     def _enter(self, node: Expr, at: Chain, dim: str, lo=None, hi=None) -> Chain:
         """``at`` plus the loop that ``node`` (a reduce or map) binds."""
         loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at), self._rename(hi, at))
-        return at + (_Frame(node.attr.var, loop, node),)
+        return at + (_Frame(node.attr.var, loop, node if node.op == "reduce" else None),)
 
     def _map(self, node: Expr, at: Chain):
         inner = self._binder_context(node, at)

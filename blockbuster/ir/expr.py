@@ -141,7 +141,7 @@ def _compute_free(e: Expr) -> frozenset[str]:
             out |= idx_free_vars(ix)
     elif e.op == "pos":
         out |= idx_free_vars(e.attr.index)
-    elif e.op == "runmax":
+    elif e.op in ("runmax", "get"):
         out.add(e.attr)
     elif e.op == "reduce":
         out.discard(e.attr.var)
@@ -187,6 +187,12 @@ def runmax(var: str) -> Expr:
     """The running max of the enclosing ``online_softmax`` over ``var`` (its rows are
     those of that reduction's logits)."""
     return Expr("runmax", (), str(var))
+
+
+def get(array: Expr, var: str) -> Expr:
+    """Block ``var`` of a local ``map`` array (``var`` runs over the array's dimension):
+    reading a held accumulator back."""
+    return Expr("get", (array,), str(var))
 
 
 def pos(dim: str, index) -> Expr:

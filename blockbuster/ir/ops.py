@@ -163,6 +163,7 @@ _add("load", 0, "leaf", None)
 _add("const", 0, "leaf", None)
 _add("pos", 0, "leaf", None)
 _add("runmax", 0, "leaf", None)
+_add("get", 1, "structural", None)                 # get(a, d): block d of a map array
 _add("pvar", 0, "pattern", None)                  # a rule's pattern variable
 _add("reduce", None, "structural", None)
 _add("map", 1, "structural", None)

@@ -76,6 +76,10 @@ class TermBuilder:
                 raise self.error(tree, "runmax takes the loop variable of its "
                                        "online_softmax: runmax(j)")
             return E.runmax(str(args[0].children[0]))
+        if name == "get":
+            if len(args) != 2 or args[1].data != "ref":
+                raise self.error(tree, "get takes a map array and a loop variable: get(a, d)")
+            return E.get(self.build(args[0]), str(args[1].children[0]))
         message = check_arity(name, len(args))
         if message:
             raise self.error(tree.children[0], message)

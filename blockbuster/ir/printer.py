@@ -53,6 +53,8 @@ def format_expr(e: Expr, names: dict[Expr, str] | None = None) -> str:
             text = f"pos({n.attr.dim}, {n.attr.index})"
         elif op == "pvar":
             text = n.attr
+        elif op == "get":
+            text = f"get({go(n.args[0])}, {n.attr})"
         elif op == "runmax":
             text = f"runmax({n.attr})"
         elif op == "proj":

@@ -91,6 +91,16 @@ class TypeChecker:
             return BlockType((scope[var][1],))
         if op == "reduce":
             return self._infer_reduce(e, scope, where)
+        if op == "get":
+            array = self.type_of(e.args[0], scope, where)
+            if not isinstance(array, ArrayType):
+                self._fail(e, where, f"get needs a map array, got {array}")
+            if e.attr not in scope:
+                self._fail(e, where, f"block index variable '{e.attr}' is not bound here")
+            if scope[e.attr][0] != array.dim:
+                self._fail(e, where, f"get: '{e.attr}' runs over {scope[e.attr][0]}, "
+                                     f"the array over {array.dim}")
+            return array.elem
         if op == "map":
             var, dim = e.attr.var, e.attr.dim
             if dim not in self.dims:

@@ -252,7 +252,76 @@ def _hold_application(program, kernel, var, dim) -> Application:
     return Application(kernel.name, None, None, {"loop": var}, build)
 
 
+# --- hoist_accumulators -------------------------------------------------------------
+
+def find_hoist(program: Program) -> Iterator[Application]:
+    """Reductions inside a ``map(d in Q: ...)`` that depend on ``d`` only through
+    their summed terms: they become one reduction over map arrays (a held row of
+    accumulators, one pass), read back with ``get`` inside the map."""
+    for kernel in program.kernels:
+        maps = list(dict.fromkeys(n for s in kernel.stores for n in s.value.walk()
+                                  if n.op == "map"))
+        for m in maps:
+            for r in _hoistable(m):
+                yield Application(kernel.name, r, None, {},
+                                  lambda kernel=kernel, m=m, r=r: _hoist(program, kernel, m, r))
+
+
+def _hoistable(m: Expr) -> list[Expr]:
+    d = m.attr.var
+    found: list[Expr] = []
+    seen: set = set()
+
+    def visit(n: Expr, bound: frozenset):
+        if (n, bound) in seen:
+            return
+        seen.add((n, bound))
+        if n.op == "reduce" and n is not m.args[0] and _can_hoist(n, d, bound):
+            found.append(n)
+            return
+        inner = bound | {n.attr.var} if n.op in ("reduce", "map") else bound
+        for c in n.args:
+            visit(c, inner)
+
+    visit(m.args[0], frozenset())
+    return list(dict.fromkeys(found))
+
+
+def _can_hoist(r: Expr, d: str, bound_between: frozenset) -> bool:
+    comb = COMBINERS[r.attr.combiner]
+    if comb.passenger != "sum" or d not in r.free_vars or r.free_vars & bound_between:
+        return False
+    if any(b is not None and d in _index_vars(b) for b in (r.attr.lo, r.attr.hi)):
+        return False
+    return all(d not in h.free_vars for h in r.args[: comb.head])
+
+
+def _index_vars(ix):
+    from ..ir.index import free_vars
+    return free_vars(ix)
+
+
+def _hoist(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
+    d, dim = m.attr.var, m.attr.dim
+    comb = COMBINERS[r.attr.combiner]
+    head, passengers = r.args[: comb.head], r.args[comb.head:]
+    held = [d in p.free_vars for p in passengers]
+    new_r = Expr("reduce", head + tuple(Expr("map", (p,), BindAttr(d, dim)) if h else p
+                                        for p, h in zip(passengers, held)), r.attr)
+    if _outputs(r) == 1:
+        mapping = {r: Expr("get", (new_r,), d)}
+    else:
+        mapping = {}
+        for i in range(_outputs(r)):
+            k = i - comb.head_outputs
+            out = proj(new_r, i)
+            mapping[proj(r, i)] = Expr("get", (out,), d) if k >= 0 and held[k] else out
+    new_m = Expr("map", (replace_nodes(m.args[0], mapping),), m.attr)
+    return _replace_in_kernel(program, kernel, {m: new_m})
+
+
 ACTION_IMPLS: dict[str, Callable[[Program], Iterator[Application]]] = {
+    "hoist_accumulators": find_hoist,
     "hold": find_hold,
     "inline": find_inline,
     "drop_dead": find_dead,

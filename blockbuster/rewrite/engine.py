@@ -74,6 +74,7 @@ class FusionResult:
     stop_reason: str = "saturated"
     seconds: float = 0.0
     original: Program | None = None
+    pieces: tuple = ()       # candidate selection: the chosen fused pieces
 
     @property
     def message(self) -> str:

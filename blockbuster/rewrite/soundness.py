@@ -274,11 +274,15 @@ def _check_action(rule: RuleDef, programs: Iterable[Program], fuse_rules: RuleSe
         states = [program]
         if fuse_rules is not None:      # also check on partially fused programs
             result = Engine(fuse_rules).run(program)
-            states += [s.program_after for s in result.trace][::3]
+            trace = [s.program_after for s in result.trace]
+            states += trace
+        # ... and on their neighbours with a row held in a map (where accumulators
+        # can be hoisted), whether or not the cost model would choose that.
+        states += [app.build() for s in states[::5] for app in ACTION_IMPLS["hold"](s)]
         for state in states:
             inputs = _random_inputs(state, "normal", seed)
             before = run_program(state, inputs, dtype=np.float64)
-            for app in itertools.islice(ACTION_IMPLS[rule.action](state), 12):
+            for app in itertools.islice(ACTION_IMPLS[rule.action](state), 4):
                 try:
                     after_program = verify(app.build())
                 except IRError as err:

@@ -44,6 +44,11 @@ def substitute_index(e: Expr, mapping: Mapping[str, Idx]) -> Expr:
             if not isinstance(target, IVar):
                 raise ValueError(f"runmax({attr}) cannot be re-indexed by {target}")
             out = Expr("runmax", (), target.name)
+        elif op == "get":
+            target = live.get(attr, IVar(attr))
+            if not isinstance(target, IVar):
+                raise ValueError(f"get(.., {attr}) cannot be re-indexed by {target}")
+            out = Expr("get", (go(n.args[0], live),), target.name)
         elif op in ("reduce", "map"):
             var = attr.var
             inner = {v: ix for v, ix in live.items() if v != var}
