@@ -38,21 +38,27 @@ def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int):
 
 
 def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
-         verify_steps=False):
+         verify_steps=False, progress=None):
     """Rewrite ``program`` with the fusion rules; returns a ``FusionResult``
     (``program``, ``trace``, ``stop_reason``, ``seconds``).
 
     ``rules``: a RuleSet (``blockbuster.load_rules(path)``), default the shipped
     default rules; ``limits``: ``blockbuster.Limits``; ``verify_steps``: re-run the
     reference interpreter after every step and raise at the first step that changes
-    the outputs (use small sizes: the interpreter is slow).
+    the outputs (use small sizes: the interpreter is slow). A program too large to be
+    one fusion candidate is fused by candidate selection (``result.pieces`` lists the
+    chosen fused pieces); ``progress`` shows a progress bar (default: when stderr is a
+    terminal).
     """
-    from .rewrite.engine import fuse as _fuse
+    from .select.selection import fuse_program
+    if rules is None:
+        from .dsl.loader import default_rules
+        rules = default_rules()
     if verify_steps:
         from .rewrite.verify_steps import StepVerifier
         step_check = StepVerifier(program)
-    return _fuse(program, rules=rules, limits=limits, hardware=hardware,
-                 step_check=step_check)
+    return fuse_program(program, rules, limits=limits, hardware=hardware,
+                        step_check=step_check, progress=progress)
 
 
 def load_rules(*paths):

@@ -160,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = run_workload(args.workload, sizes=parse_assignments(args.size, "--size"),
                           blocks=parse_assignments(args.block, "--block"),
                           backend=args.backend, seed=args.seed, rules=rules, limits=limits,
-                          on_fused=on_fused)
+                          on_fused=on_fused, progress=False if args.json else None)
     if checked is not None:
         report["verified_steps"] = checked
     if args.json:

@@ -43,7 +43,7 @@ def _finite_or_none(x: float) -> float | None:
 def run_workload(name: str, sizes: dict[str, int] | None = None,
                  blocks: dict[str, int] | None = None, backend=None, seed: int = 0,
                  rules=None, limits=None, step_check=None,
-                 on_fused=None) -> dict[str, Any]:
+                 on_fused=None, progress=None) -> dict[str, Any]:
     """Build, fuse, compile, run and validate one workload; returns the report dict.
 
     ``backend`` is a Backend object or a registered name (default: the registry's
@@ -68,7 +68,7 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
 
     program = timed("build", blockbuster.workload, name, blocks=blocks, **(sizes or {}))
     fusion = timed("fuse", blockbuster.fuse, program, rules=rules, limits=limits,
-                   hardware=hardware, step_check=step_check)
+                   hardware=hardware, step_check=step_check, progress=progress)
     fused = fusion.program
     if on_fused is not None:
         on_fused(fusion)
@@ -92,6 +92,9 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
         "stop_message": getattr(fusion, "message", fusion.stop_reason),
         "fusion_steps": len(fusion.trace),
         "rules_applied": fusion.rule_counts(),
+        "pieces": [{"kernels": list(p.kernels),
+                    "fused_kernels": [k.name for k in p.program.kernels],
+                    "rules": dict(p.rules)} for p in fusion.pieces],
         "validation": {
             "max_abs_error": _finite_or_none(validation.max_abs_error),
             "max_rel_error": _finite_or_none(validation.max_rel_error),
@@ -134,6 +137,10 @@ def format_report(r: dict[str, Any]) -> str:
         f"fusion          {r['fusion_steps']} steps, stopped: {r['stop_reason']}"
         + (f" ({r['stop_message']})" if r["stop_message"] != r["stop_reason"] else ""),
     ]
+    for piece in r.get("pieces", []):
+        rules = ", ".join(f"{name}×{n}" for name, n in piece["rules"].items()) or "no rules"
+        lines.append(f"  piece         {len(piece['kernels'])} kernels ({piece['kernels'][0]}.."
+                     f"{piece['kernels'][-1]}) -> {', '.join(piece['fused_kernels'])}: {rules}")
     if not after["fits"]:
         lines.append("warning         the fused program does not fit the local tier")
     verdict = "passed" if v["passed"] else "FAILED"

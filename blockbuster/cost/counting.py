@@ -18,7 +18,7 @@ from typing import Sequence
 
 import attrs
 
-from ..ir.index import Idx, evaluate, free_vars
+from ..ir.index import IVar, Idx, evaluate, free_vars
 from ..ir.types import Dim
 
 
@@ -121,6 +121,12 @@ class LoopSums:
     def count(self, loops: Sequence[Loop], extents: Sequence[Extent] = ()) -> int:
         """Sum over every iteration of ``loops`` (outermost first) of the product of
         ``extents``; with no extents, the number of iterations."""
+        # A block of a dimension with no ragged block, indexed by a loop over that
+        # same dimension, is always a full block: no need to enumerate the loop.
+        by_name = {loop.name: loop for loop in loops}
+        extents = [(d, None) if (isinstance(ix, IVar) and d.size % d.block == 0
+                                 and ix.name in by_name and by_name[ix.name].dim == d)
+                   else (d, ix) for d, ix in extents]
         key = (tuple(loops), tuple(sorted(extents, key=_extent_key)))
         hit = self._memo.get(key)
         if hit is not None:

@@ -82,6 +82,9 @@ class KernelCost:
         return attrs.asdict(self) | {"global_bytes": self.global_bytes}
 
 
+TRAFFIC_WEIGHT = 0.25
+
+
 @attrs.frozen(hash=False)
 class Cost:
     program: str
@@ -122,6 +125,17 @@ class Cost:
     def fits(self) -> bool:
         return all(k.fits for k in self.per_kernel)
 
+    @property
+    def objective(self) -> float:
+        """What fusion decisions minimise: the roofline seconds plus a quarter of the
+        memory seconds again (traffic never overlaps compute perfectly, so of two
+        versions with equal roofline time the one moving fewer bytes wins); infinite
+        when a kernel does not fit the local tier."""
+        if not self.fits:
+            return math.inf
+        return (self.time_estimate + TRAFFIC_WEIGHT * self.global_bytes
+                / self.hardware.global_bandwidth_bytes_per_s)
+
     def as_dict(self) -> dict:
         """JSON-ready: plain ints, floats, bools, strings, lists and dicts."""
         return {
@@ -136,6 +150,7 @@ class Cost:
             "flops": self.flops,
             "time_estimate": self.time_estimate,
             "fits": self.fits,
+            "objective": self.objective,
             "per_kernel": [k.as_dict() for k in self.per_kernel],
         }
 
@@ -144,10 +159,27 @@ def cost(program: Program, hardware: Hardware | None = None) -> Cost:
     """Price a (verified) program on ``hardware`` (default: :data:`DEFAULT_HARDWARE`)."""
     hw = hardware or DEFAULT_HARDWARE
     sums = LoopSums()   # shared: kernels of one program often have the same loop nests
-    per_kernel = [kernel_cost(k, program, hw, sums) for k in program.kernels]
+    per_kernel = [_cached_kernel_cost(k, program, hw, sums) for k in program.kernels]
     compulsory = sum(math.prod(program.shape(a))
                      for a in program.inputs + program.outputs) * hw.element_bytes
     return Cost(program.name, hw, per_kernel, compulsory)
+
+
+# Fusion prices many programs that share most kernels (every rewrite step changes one
+# kernel): a kernel's cost depends only on it, the declarations it uses and the hardware.
+_KERNEL_COSTS: dict = {}
+_KERNEL_COSTS_LIMIT = 20_000
+
+
+def _cached_kernel_cost(kernel: Kernel, program: Program, hw: Hardware,
+                        sums: LoopSums) -> KernelCost:
+    key = (kernel, program.dims, program.arrays, hw)
+    hit = _KERNEL_COSTS.get(key)
+    if hit is None:
+        if len(_KERNEL_COSTS) >= _KERNEL_COSTS_LIMIT:
+            _KERNEL_COSTS.clear()
+        hit = _KERNEL_COSTS[key] = kernel_cost(kernel, program, hw, sums)
+    return hit
 
 
 def kernel_cost(kernel: Kernel, program: Program, hardware: Hardware | None = None,

@@ -26,7 +26,8 @@ GUARDS: dict[str, tuple[tuple[str, ...], str]] = {
     "bounds_invariant": (("range", "var"), "the bounds of range R do not depend on loop "
                                            "index d"),
     "cheaper_after": (("phase",), "the action's result, after running phase P to a "
-                                  "fixpoint, moves fewer global bytes (cost model)"),
+                                  "fixpoint, costs less (cost-model objective)"),
+    "cheaper": ((), "the action's result costs less (cost-model objective)"),
     "fits_after": (("phase",), "the action's result, after running phase P, fits the "
                                "local tier of the hardware"),
 }

@@ -26,6 +26,11 @@ class Store:
     value: Expr
 
 
+# Kernel.reads() is asked for constantly while rewriting (dataflow, dead code,
+# verification); kernels are immutable, so the answer is cached per kernel.
+_READS: dict = {}
+
+
 @attrs.frozen(cache_hash=True)
 class Kernel:
     name: str
@@ -38,8 +43,13 @@ class Kernel:
 
     def reads(self) -> frozenset[str]:
         """Global arrays this kernel loads."""
-        return frozenset(n.attr.array for s in self.stores for n in s.value.walk()
-                         if n.op == "load")
+        hit = _READS.get(self)
+        if hit is None:
+            if len(_READS) > 50_000:
+                _READS.clear()
+            hit = _READS[self] = frozenset(n.attr.array for s in self.stores
+                                           for n in s.value.walk() if n.op == "load")
+        return hit
 
     def writes(self) -> tuple[str, ...]:
         return tuple(s.array for s in self.stores)

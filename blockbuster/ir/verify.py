@@ -150,6 +150,11 @@ class TypeChecker:
         return outs[0] if len(outs) == 1 else TupleType(tuple(outs))
 
 
+# Rewriting verifies a program after every step, and a step changes one kernel:
+# kernels already verified against the same declarations are not checked again.
+_VERIFIED_KERNELS: set = set()
+
+
 def verify(program: Program) -> Program:
     """Raise :class:`IRError` if the program is ill-formed; return it otherwise."""
     dims = program.dim_map
@@ -170,7 +175,7 @@ def verify(program: Program) -> Program:
     if overlap:
         raise IRError(f"program {program.name}: {sorted(overlap)[0]} is both an input and an output")
 
-    checker = TypeChecker(program)
+    checker = None
     written: dict[str, str] = {}
     kernel_names: set[str] = set()
     for kernel in program.kernels:
@@ -183,7 +188,13 @@ def verify(program: Program) -> Program:
                 reason = (f"is produced later, by kernel '{later.name}'" if later
                           else "is never produced")
                 raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
-        _verify_kernel(kernel, program, checker)
+        key = (kernel, program.dims, program.arrays)
+        if key not in _VERIFIED_KERNELS:
+            checker = checker or TypeChecker(program)
+            _verify_kernel(kernel, program, checker)
+            if len(_VERIFIED_KERNELS) >= 20_000:
+                _VERIFIED_KERNELS.clear()
+            _VERIFIED_KERNELS.add(key)
         for store in kernel.stores:
             if store.array in program.inputs:
                 raise IRError(f"kernel '{kernel.name}' writes input array {store.array}")

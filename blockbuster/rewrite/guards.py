@@ -92,7 +92,15 @@ def _lookahead(ctx: RuleContext, phase: str) -> tuple[Program, Program]:
 def cheaper_after(ctx: RuleContext, phase: str) -> bool:
     from ..cost.model import cost
     now, then = _lookahead(ctx, phase)
-    return cost(then, ctx.hardware).global_bytes < cost(now, ctx.hardware).global_bytes
+    return cost(then, ctx.hardware).objective < cost(now, ctx.hardware).objective
+
+
+def cheaper(ctx: RuleContext) -> bool:
+    """The action's result has a lower cost-model objective than the program now."""
+    from ..cost.model import cost
+    if ctx.candidate is None:
+        raise ValueError("cheaper() guards an action's result")
+    return cost(ctx.candidate(), ctx.hardware).objective < cost(ctx.program, ctx.hardware).objective
 
 
 def fits_after(ctx: RuleContext, phase: str) -> bool:
@@ -125,6 +133,7 @@ GUARD_IMPLS: dict[str, Callable] = {
     "fits_local": lambda ctx, b, a: fits_local(ctx, b[a]),
     "bounds_invariant": lambda ctx, b, r, v: _bounds_invariant(b, r, v),
     "cheaper_after": lambda ctx, b, p: cheaper_after(ctx, p),
+    "cheaper": lambda ctx, b: cheaper(ctx),
     "fits_after": lambda ctx, b, p: fits_after(ctx, p),
 }
 

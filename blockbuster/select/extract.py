@@ -1,0 +1,92 @@
+"""Cutting a program into candidate sub-programs and putting fused pieces back.
+
+A candidate is a run of consecutive kernels in the program's (topological) kernel
+order: any path between two of its kernels stays inside it, so fusing it can never
+create a cycle. Its inputs are the arrays it reads but does not write; its outputs
+the arrays it writes that the rest of the program (or the caller) reads.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..ir.expr import Expr, LoadAttr
+from ..ir.program import Kernel, Program
+from ..ir.types import GlobalArray
+
+
+def segment_program(program: Program, start: int, stop: int) -> Program:
+    """The kernels ``[start, stop)`` as a program of their own."""
+    kernels = program.kernels[start:stop]
+    written = [a for k in kernels for a in k.writes()]
+    read = sorted(set().union(*(k.reads() for k in kernels)))
+    inputs = [a.name for a in program.arrays
+              if a.name in read and a.name not in written]
+    later = set().union(*(k.reads() for k in program.kernels[stop:])) \
+        if stop < len(program.kernels) else set()
+    outputs = [a for a in written if a in later or a in program.outputs]
+    rest = [a for a in written if a not in outputs]
+    arrays = program.array_map
+    used_dims = {d for n in inputs + written for d in arrays[n].dims}
+    return Program(f"{program.name}[{start}:{stop}]",
+                   tuple(d for d in program.dims if d.name in used_dims),
+                   tuple(arrays[n] for n in inputs + outputs + rest),
+                   tuple(inputs), tuple(outputs), tuple(kernels))
+
+
+def connected(program: Program, start: int, stop: int) -> bool:
+    """Whether the kernels ``[start, stop)`` form one piece along dataflow edges."""
+    kernels = program.kernels[start:stop]
+    parent = list(range(len(kernels)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    writer = {a: i for i, k in enumerate(kernels) for a in k.writes()}
+    for i, k in enumerate(kernels):
+        for a in k.reads():
+            if a in writer:
+                parent[find(i)] = find(writer[a])
+    return len({find(i) for i in range(len(kernels))}) == 1
+
+
+# --- renaming (canonical forms for the fusion cache) ----------------------------------
+
+def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) -> Program:
+    """The same program with arrays and kernels renamed."""
+    memo: dict[Expr, Expr] = {}
+
+    def go(n: Expr) -> Expr:
+        hit = memo.get(n)
+        if hit is None:
+            if n.op == "load":
+                hit = Expr("load", (), LoadAttr(arrays.get(n.attr.array, n.attr.array),
+                                                n.attr.index))
+            else:
+                args = tuple(go(a) for a in n.args)
+                hit = n if args == n.args else Expr(n.op, args, n.attr)
+            memo[n] = hit
+        return hit
+
+    def kernel(k: Kernel) -> Kernel:
+        stores = tuple(attrs.evolve(s, array=arrays.get(s.array, s.array), value=go(s.value))
+                       for s in k.stores)
+        return attrs.evolve(k, name=kernels.get(k.name, k.name), stores=stores)
+
+    return program.evolve(
+        arrays=tuple(GlobalArray(arrays.get(a.name, a.name), a.dims) for a in program.arrays),
+        inputs=tuple(arrays.get(n, n) for n in program.inputs),
+        outputs=tuple(arrays.get(n, n) for n in program.outputs),
+        kernels=tuple(kernel(k) for k in program.kernels))
+
+
+def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]]:
+    """A renaming that makes structurally identical programs (e.g. the same part of two
+    layers with their own weights) equal; returns it with the two inverse maps."""
+    arrays = {a.name: f"a{i}" for i, a in enumerate(program.arrays)}
+    kernels = {k.name: f"k{i}" for i, k in enumerate(program.kernels)}
+    canon = rename(program, arrays, kernels).evolve(name="candidate")
+    return canon, {v: k for k, v in arrays.items()}, {v: k for k, v in kernels.items()}

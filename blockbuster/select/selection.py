@@ -1,0 +1,146 @@
+"""Candidate selection: fuse a large program piece by piece (DESIGN §5).
+
+Candidates are runs of consecutive kernels in the program's topological order, at
+most ``max_kernels`` long and connected along producer->consumer edges. Each is
+fused by the rule engine — cached by structure, so identical layers cost one fusion
+— and priced by the cost model (roofline time on the backend's hardware; a fused
+piece that does not fit the local tier is never chosen). A dynamic program over the
+kernel order then picks the cover by non-overlapping candidates of least total
+cost, in time linear in the number of kernels.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import attrs
+
+from ..cost.model import cost
+from ..dsl.ast import RuleSet
+from ..ir.program import Program
+from ..rewrite.engine import Engine, FusionResult, Limits
+from .extract import canonical, connected, rename, segment_program
+
+DEFAULT_MAX_KERNELS = 14
+
+
+@attrs.frozen
+class Piece:
+    """One chosen candidate: kernels ``[start, stop)`` of the input program."""
+
+    start: int
+    stop: int
+    kernels: tuple[str, ...]          # the original kernels it covers
+    program: Program                  # its fused form, in the program's own names
+    rules: dict                       # rule -> applications that built it
+    cost: float                       # modeled seconds
+
+    def describe(self) -> str:
+        fused = ", ".join(k.name for k in self.program.kernels)
+        rules = ", ".join(f"{r}×{n}" for r, n in self.rules.items()) or "no rules"
+        return (f"kernels {self.start}..{self.stop - 1} ({len(self.kernels)}) -> "
+                f"{fused}: {rules}")
+
+
+@attrs.frozen
+class _Fused:
+    program: Program          # canonical names
+    rules: dict
+    steps: tuple
+    stop_reason: str
+
+
+class Selector:
+    def __init__(self, rules: RuleSet, hardware=None, limits: Limits | None = None,
+                 max_kernels: int = DEFAULT_MAX_KERNELS, progress: bool | None = None):
+        self.rules = rules
+        self.hardware = hardware
+        self.limits = limits or Limits()
+        self.max_kernels = max_kernels
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.cache: dict[Program, _Fused] = {}
+        self.fusions = 0
+
+    def _fuse(self, candidate: Program) -> tuple[Program, _Fused]:
+        canon, arrays_back, kernels_back = canonical(candidate)
+        hit = self.cache.get(canon)
+        if hit is None:
+            result = Engine(self.rules, self.limits, self.hardware).run(canon)
+            self.fusions += 1
+            hit = _Fused(result.program, result.rule_counts(), result.trace, result.stop_reason)
+            self.cache[canon] = hit
+        return rename(hit.program, arrays_back, kernels_back), hit
+
+    def _price(self, program: Program) -> float:
+        """The cost model's objective (a piece that does not fit is never chosen)."""
+        return cost(program, self.hardware).objective
+
+    def select(self, program: Program) -> FusionResult:
+        start_time = time.perf_counter()
+        n = len(program.kernels)
+        spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
+                 if j - i == 1 or connected(program, i, j)]
+        best: list[float] = [0.0] + [math.inf] * n
+        choice: list[tuple | None] = [None] * (n + 1)
+        bar = _progress(len(spans), self.progress)
+        for i, j in spans:           # ordered by j: best[i] is final when j is reached
+            fused, info = self._fuse(segment_program(program, i, j))
+            price = self._price(fused)
+            bar.update(1)
+            if best[i] + price < best[j]:
+                best[j] = best[i] + price
+                choice[j] = (i, fused, info, price)
+        bar.close()
+        pieces = []
+        j = n
+        while j > 0:
+            i, fused, info, price = choice[j]
+            pieces.append((Piece(i, j, tuple(k.name for k in program.kernels[i:j]), fused,
+                                 info.rules, price), info))
+            j = i
+        pieces.reverse()
+        return FusionResult(_assemble(program, [p for p, _ in pieces]),
+                            tuple(s for _, info in pieces for s in info.steps),
+                            _worst_stop(info.stop_reason for _, info in pieces),
+                            time.perf_counter() - start_time, program,
+                            tuple(p for p, _ in pieces))
+
+
+def _worst_stop(reasons) -> str:
+    reasons = list(reasons)
+    return next((r for r in reasons if r != "saturated"), "saturated")
+
+
+def _assemble(program: Program, pieces: list[Piece]) -> Program:
+    kernels = tuple(k for p in pieces for k in p.program.kernels)
+    live = {a for k in kernels for a in k.writes()} | set(program.inputs) | set(program.outputs)
+    return program.evolve(kernels=kernels,
+                          arrays=tuple(a for a in program.arrays if a.name in live))
+
+
+class _NoBar:
+    def update(self, n):
+        pass
+
+    def close(self):
+        pass
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, desc="fusing candidates", unit="cand", leave=False,
+                file=sys.stderr)
+
+
+def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
+                 hardware=None, step_check=None, max_kernels: int = DEFAULT_MAX_KERNELS,
+                 progress: bool | None = None) -> FusionResult:
+    """Fuse ``program``: whole when it is small enough to be one candidate, else by
+    candidate selection."""
+    if len(program.kernels) <= max_kernels or step_check is not None:
+        return Engine(rules, limits, hardware, step_check).run(program)
+    return Selector(rules, hardware, limits, max_kernels, progress).select(program)
