@@ -73,6 +73,7 @@ class KernelCost:
     flops: int
     fits: bool                # local_bytes <= hardware.local_capacity_bytes
     time_estimate: float      # seconds, roofline
+    weight_prep: bool = False  # reads only weights: done once, not on every call
 
     @property
     def global_bytes(self) -> int:
@@ -126,15 +127,27 @@ class Cost:
         return all(k.fits for k in self.per_kernel)
 
     @property
+    def weight_prep_bytes(self) -> int:
+        """Global bytes of weight preparation (kernels that read only weights)."""
+        return sum(k.global_bytes for k in self.per_kernel if k.weight_prep)
+
+    @property
+    def per_call_bytes(self) -> int:
+        """Global bytes of every call, weight preparation (done once) excluded."""
+        return self.global_bytes - self.weight_prep_bytes
+
+    @property
     def objective(self) -> float:
-        """What fusion decisions minimise: the roofline seconds plus a quarter of the
-        memory seconds again (traffic never overlaps compute perfectly, so of two
-        versions with equal roofline time the one moving fewer bytes wins); infinite
-        when a kernel does not fit the local tier."""
+        """What fusion decisions minimise, per call: the roofline seconds plus a
+        quarter of the memory seconds again (traffic never overlaps compute
+        perfectly, so of two versions with equal roofline time the one moving fewer
+        bytes wins). Weight preparation is done once and left out. Infinite when a
+        kernel does not fit the local tier."""
         if not self.fits:
             return math.inf
-        return (self.time_estimate + TRAFFIC_WEIGHT * self.global_bytes
-                / self.hardware.global_bandwidth_bytes_per_s)
+        calls = [k for k in self.per_kernel if not k.weight_prep]
+        return sum(k.time_estimate + TRAFFIC_WEIGHT * k.global_bytes
+                   / self.hardware.global_bandwidth_bytes_per_s for k in calls)
 
     def as_dict(self) -> dict:
         """JSON-ready: plain ints, floats, bools, strings, lists and dicts."""
@@ -151,6 +164,8 @@ class Cost:
             "time_estimate": self.time_estimate,
             "fits": self.fits,
             "objective": self.objective,
+            "weight_prep_bytes": self.weight_prep_bytes,
+            "per_call_bytes": self.per_call_bytes,
             "per_kernel": [k.as_dict() for k in self.per_kernel],
         }
 
@@ -160,6 +175,8 @@ def cost(program: Program, hardware: Hardware | None = None) -> Cost:
     hw = hardware or DEFAULT_HARDWARE
     sums = LoopSums()   # shared: kernels of one program often have the same loop nests
     per_kernel = [_cached_kernel_cost(k, program, hw, sums) for k in program.kernels]
+    per_kernel = [attrs.evolve(c, weight_prep=True) if _is_weight_prep(k, program) else c
+                  for k, c in zip(program.kernels, per_kernel)]
     compulsory = sum(math.prod(program.shape(a))
                      for a in program.inputs + program.outputs) * hw.element_bytes
     return Cost(program.name, hw, per_kernel, compulsory)
@@ -180,6 +197,12 @@ def _cached_kernel_cost(kernel: Kernel, program: Program, hw: Hardware,
             _KERNEL_COSTS.clear()
         hit = _KERNEL_COSTS[key] = kernel_cost(kernel, program, hw, sums)
     return hit
+
+
+def _is_weight_prep(kernel: Kernel, program: Program) -> bool:
+    reads = kernel.reads()
+    return (bool(reads) and reads <= set(program.weights)
+            and not set(kernel.writes()) & set(program.outputs))
 
 
 def kernel_cost(kernel: Kernel, program: Program, hardware: Hardware | None = None,

@@ -45,6 +45,7 @@ class GraphBuilder:
         self.name = name
         self.dims: dict[str, Dim] = {}
         self.inputs: list[Tensor] = []
+        self.weights: list[str] = []
         self.outputs: list[str] = []
         self.arrays: dict[str, Tensor] = {}
         self.kernels: list[Kernel] = []
@@ -69,6 +70,12 @@ class GraphBuilder:
         t = Tensor(name, tuple(dims))
         self.inputs.append(t)
         self.arrays[name] = t
+        return t
+
+    def weight(self, name: str, *dims: str) -> Tensor:
+        """An input that is a model parameter (the same on every call)."""
+        t = self.input(name, *dims)
+        self.weights.append(name)
         return t
 
     # -- plumbing ----------------------------------------------------------------
@@ -296,5 +303,5 @@ class GraphBuilder:
         order = in_names + out_names + rest   # the canonical order the printer writes
         arrays = tuple(GlobalArray(n, self.arrays[n].dims) for n in order)
         program = Program(self.name, tuple(self.dims.values()), arrays, in_names, out_names,
-                          tuple(self.kernels))
+                          tuple(self.kernels), tuple(self.weights))
         return verify(program)

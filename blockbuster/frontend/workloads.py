@@ -66,8 +66,8 @@ def _layernorm_matmul(s: dict, b: dict) -> Program:
     g = GraphBuilder("layernorm_matmul")
     for d in ("M", "K", "N"):
         g.dim(d, s[d], b[d])
-    x, gamma, beta = g.input("X", "M", "K"), g.input("gamma", "K"), g.input("beta", "K")
-    w = g.input("W", "K", "N")
+    x, gamma, beta = g.input("X", "M", "K"), g.weight("gamma", "K"), g.weight("beta", "K")
+    w = g.weight("W", "K", "N")
     out = g.matmul(g.layer_norm(x, gamma, beta, 1e-5), w, name="Y")
     return g.build(out)
 
@@ -76,8 +76,8 @@ def _rmsnorm_ffn_swiglu(s: dict, b: dict) -> Program:
     g = GraphBuilder("rmsnorm_ffn_swiglu")
     for d in ("M", "D", "H"):
         g.dim(d, s[d], b[d])
-    x, gain = g.input("X", "M", "D"), g.input("g", "D")
-    w1, w3, w2 = g.input("W1", "D", "H"), g.input("W3", "D", "H"), g.input("W2", "H", "D")
+    x, gain = g.input("X", "M", "D"), g.weight("g", "D")
+    w1, w3, w2 = g.weight("W1", "D", "H"), g.weight("W3", "D", "H"), g.weight("W2", "H", "D")
     h = g.rms_norm(x, gain, 1e-6)
     gated = g.binary("mul", g.unary("silu", g.matmul(h, w1)), g.matmul(h, w3))
     return g.build(g.matmul(gated, w2, name="Y"))
@@ -109,8 +109,8 @@ def _llama_block(s: dict, b: dict) -> Program:
         spec = (("g1", "E"), ("Wq", "E", "QD"), ("Wk", "E", "KD"), ("Wv", "E", "KD"),
                 ("Wo", "QD", "E"), ("g2", "E"), ("W1", "E", "F"), ("W3", "E", "F"),
                 ("W2", "F", "E"))
-        weights.append({n: g.input(suffix(n, layer), *dims) for n, *dims in spec})
-    cos, sin = g.input("cos", "T", "HD"), g.input("sin", "T", "HD")
+        weights.append({n: g.weight(suffix(n, layer), *dims) for n, *dims in spec})
+    cos, sin = g.weight("cos", "T", "HD"), g.weight("sin", "T", "HD")
     for layer, w in enumerate(weights):
         h = g.rms_norm(x, w["g1"], 1e-6)
         q = g.rope_heads(g.matmul(h, w["Wq"]), cos, sin, "H")

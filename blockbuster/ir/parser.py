@@ -116,7 +116,7 @@ class _ProgramBuilder(TermBuilder):
 
     def program(self, tree) -> Program:
         name, *items = tree.children
-        dims, arrays, inputs, outputs, kernels = [], [], [], [], []
+        dims, arrays, inputs, outputs, kernels, weights = [], [], [], [], [], []
         for item in items:
             if item.data == "tiled_dim":
                 n, size, block = item.children
@@ -127,11 +127,13 @@ class _ProgramBuilder(TermBuilder):
             elif item.data == "array_decl":
                 role, n, *dnames = item.children
                 arrays.append(GlobalArray(str(n), tuple(str(d) for d in dnames if d is not None)))
-                {"input": inputs, "output": outputs}.get(str(role), []).append(str(n))
+                {"input": inputs, "weight": inputs, "output": outputs}.get(str(role), []).append(str(n))
+                if str(role) == "weight":
+                    weights.append(str(n))
             else:
                 kernels.append(self.kernel(item))
         return Program(str(name), tuple(dims), tuple(arrays), tuple(inputs),
-                       tuple(outputs), tuple(kernels))
+                       tuple(outputs), tuple(kernels), tuple(weights))
 
     def _dim(self, node, name, size, block, point):
         if size < 1 or block < 1:

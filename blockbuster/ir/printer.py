@@ -142,7 +142,7 @@ def format_program(p: Program) -> str:
     for d in p.dims:
         lines.append(f"dim {d.name} = {d.size} point" if d.point
                      else f"dim {d.name} = {d.size} block {d.block}")
-    role = {n: "input" for n in p.inputs}
+    role = {n: "weight" if n in p.weights else "input" for n in p.inputs}
     role.update({n: "output" for n in p.outputs})
     for a in p.arrays:
         lines.append(f"{role.get(a.name, 'array')} {a.name}[{', '.join(a.dims)}]")

@@ -63,6 +63,9 @@ class Program:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     kernels: tuple[Kernel, ...]
+    #: Inputs that are model parameters, the same on every call (norm gains, weight
+    #: matrices): what depends only on them is weight preparation, done once.
+    weights: tuple[str, ...] = ()
 
     # -- lookups ---------------------------------------------------------------
     def dim(self, name: str) -> Dim:

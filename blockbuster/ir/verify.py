@@ -171,6 +171,9 @@ def verify(program: Program) -> Program:
         if name not in arrays:
             raise IRError(f"program {program.name}: '{name}' is listed as an input or "
                           "output but not declared")
+    stray = [w for w in program.weights if w not in program.inputs]
+    if stray:
+        raise IRError(f"program {program.name}: weight {stray[0]} is not an input")
     overlap = set(program.inputs) & set(program.outputs)
     if overlap:
         raise IRError(f"program {program.name}: {sorted(overlap)[0]} is both an input and an output")

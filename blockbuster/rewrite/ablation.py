@@ -13,16 +13,23 @@ from .engine import fuse
 
 @attrs.frozen
 class Outcome:
+    """Kernels run on every call and their global bytes (weight preparation, done
+    once, is counted apart: ``prep`` kernels)."""
+
     kernels: int
     global_bytes: int
+    prep: int = 0
 
     def __str__(self) -> str:
-        return f"{self.kernels}k {self.global_bytes / 2**20:.2f}MiB"
+        prep = f"+{self.prep}p" if self.prep else ""
+        return f"{self.kernels}k{prep} {self.global_bytes / 2**20:.2f}MiB"
 
 
 def outcome(program: Program, rules: RuleSet) -> Outcome:
     fused = fuse(program, rules).program
-    return Outcome(len(fused.kernels), cost(fused).global_bytes)
+    c = cost(fused)
+    prep = sum(k.weight_prep for k in c.per_kernel)
+    return Outcome(len(fused.kernels) - prep, c.per_call_bytes, prep)
 
 
 def ablation_table(rules: RuleSet, programs: dict[str, Program]) -> dict[str, dict[str, Outcome]]:

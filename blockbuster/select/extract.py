@@ -31,7 +31,8 @@ def segment_program(program: Program, start: int, stop: int) -> Program:
     return Program(f"{program.name}[{start}:{stop}]",
                    tuple(d for d in program.dims if d.name in used_dims),
                    tuple(arrays[n] for n in inputs + outputs + rest),
-                   tuple(inputs), tuple(outputs), tuple(kernels))
+                   tuple(inputs), tuple(outputs), tuple(kernels),
+                   tuple(a for a in inputs if a in program.weights))
 
 
 def connected(program: Program, start: int, stop: int) -> bool:
@@ -80,6 +81,7 @@ def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) ->
         arrays=tuple(GlobalArray(arrays.get(a.name, a.name), a.dims) for a in program.arrays),
         inputs=tuple(arrays.get(n, n) for n in program.inputs),
         outputs=tuple(arrays.get(n, n) for n in program.outputs),
+        weights=tuple(arrays.get(n, n) for n in program.weights),
         kernels=tuple(kernel(k) for k in program.kernels))
 
 

@@ -97,6 +97,7 @@ class Selector:
         j = n
         while j > 0:
             i, fused, info, price = choice[j]
+            fused = _fresh_names(fused, program, f"_{i}")
             pieces.append((Piece(i, j, tuple(k.name for k in program.kernels[i:j]), fused,
                                  info.rules, price), info))
             j = i
@@ -108,6 +109,15 @@ class Selector:
                             tuple(p for p, _ in pieces))
 
 
+def _fresh_names(piece: Program, program: Program, suffix: str) -> Program:
+    """Arrays and kernels a fusion created (weight preparation) get names unique to
+    their piece: two pieces may each have made a ``prep1``."""
+    known = {a.name for a in program.arrays} | {k.name for k in program.kernels}
+    arrays = {a.name: a.name + suffix for a in piece.arrays if a.name not in known}
+    kernels = {k.name: k.name + suffix for k in piece.kernels if k.name not in known}
+    return rename(piece, arrays, kernels) if arrays or kernels else piece
+
+
 def _worst_stop(reasons) -> str:
     reasons = list(reasons)
     return next((r for r in reasons if r != "saturated"), "saturated")
@@ -116,8 +126,10 @@ def _worst_stop(reasons) -> str:
 def _assemble(program: Program, pieces: list[Piece]) -> Program:
     kernels = tuple(k for p in pieces for k in p.program.kernels)
     live = {a for k in kernels for a in k.writes()} | set(program.inputs) | set(program.outputs)
+    known = {a.name for a in program.arrays}
+    created = tuple(a for p in pieces for a in p.program.arrays if a.name not in known)
     return program.evolve(kernels=kernels,
-                          arrays=tuple(a for a in program.arrays if a.name in live))
+                          arrays=tuple(a for a in program.arrays if a.name in live) + created)
 
 
 class _NoBar:
