@@ -216,7 +216,8 @@ def cmd_workloads(args: argparse.Namespace) -> int:
     from .frontend.workloads import WORKLOADS
     if args.json:
         print_json({name: {"description": w.description, "dims": dict(w.dims),
-                           "blocks": dict(w.blocks), "derived": dict(w.derived)}
+                           "blocks": dict(w.blocks), "derived": dict(w.derived),
+                           "params": dict(w.params)}
                     for name, w in WORKLOADS.items()})
         return EXIT_OK
     rows = [("WORKLOAD", "DIMENSIONS (default sizes)", "DESCRIPTION")]
