@@ -23,7 +23,7 @@ def programs(draw):
         size = draw(st.integers(1, 9))
         g.dim(d, size, draw(st.integers(1, 4)))
     pool = {("M", "N"): [g.input("X", "M", "N"), g.input("Y", "M", "N")],
-            ("N", "K"): [g.input("W", "N", "K")], ("N",): [g.input("v", "N")],
+            ("N", "K"): [g.weight("W", "N", "K")], ("N",): [g.weight("v", "N")],
             ("M",): [g.input("r", "M")]}
     last = None
     for _ in range(draw(st.integers(1, 6))):
@@ -61,7 +61,7 @@ def programs(draw):
     return g.build(last) if last is not None and last.name not in ("X", "Y") else None
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.sampled_from(range(len(RULESETS))), st.integers(0, 2**16))
 def test_fusion_keeps_outputs_verifies_and_round_trips(program, which, seed):
     if program is None:
