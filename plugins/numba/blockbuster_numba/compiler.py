@@ -1,0 +1,169 @@
+"""Compile and run generated modules, with an on-disk cache.
+
+The generated source of a program is written once to
+``$BLOCKBUSTER_CACHE/numba/<program>_<key>.py`` (default cache root:
+``~/.cache/blockbuster``), where ``key`` hashes the source, this plugin's version,
+the source of :mod:`.runtime` and the Numba, NumPy and Python versions. The kernels
+are ``@njit(cache=True)`` with explicit signatures, so importing the module compiles
+them, and Numba keeps their machine code in ``__pycache__`` beside the file: a second
+process importing the same file loads the machine code instead of compiling again.
+The file is never rewritten (its timestamp is part of Numba's cache check).
+
+Running: inputs become C-contiguous arrays of the program's dtype, and the kernels run
+with BLAS held to one thread (they call ``np.dot`` on blocks from inside ``prange``,
+where a multi-threaded BLAS would oversubscribe the cores). ``scipy.linalg.cython_blas``
+is imported first so that the BLAS Numba calls is loaded before threadpoolctl looks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from blockbuster.errors import BackendError
+
+import scipy.linalg.cython_blas  # noqa: F401  (load Numba's BLAS before threadpoolctl)
+import numba  # noqa: E402
+from threadpoolctl import ThreadpoolController  # noqa: E402
+
+from . import runtime  # noqa: E402
+from .codegen import generate_source  # noqa: E402
+
+_MODULES: dict[str, object] = {}        # cache key -> imported module (this process)
+_LOCK = threading.Lock()
+_CONTROLLER: ThreadpoolController | None = None
+
+
+def cache_root() -> Path:
+    """``$BLOCKBUSTER_CACHE/numba``, else ``~/.cache/blockbuster/numba``."""
+    root = os.environ.get("BLOCKBUSTER_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "blockbuster"
+    return base / "numba"
+
+
+def cache_key(source: str) -> str:
+    from . import __version__
+    h = hashlib.sha256()
+    for part in (source, __version__, Path(runtime.__file__).read_text(), numba.__version__,
+                 np.__version__, sys.version):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def _writable(directory: Path) -> Path:
+    """``directory`` (created), or a per-user temporary one if it cannot be written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if os.access(directory, os.W_OK):
+            return directory
+    except OSError:
+        pass
+    fallback = Path(tempfile.gettempdir()) / f"blockbuster-numba-{os.getuid()}"
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
+def _write_once(path: Path, source: str) -> None:
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(source)
+    os.replace(tmp, path)  # atomic: a concurrent process sees all of it or nothing
+
+
+def _blas_controller() -> ThreadpoolController:
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER
+
+
+class CompiledModule:
+    """A generated module, imported (its kernels JIT-compiled or loaded from cache)."""
+
+    def __init__(self, program, source: str, dtype: np.dtype, directory: Path | None = None):
+        self.program = program
+        self.source = source
+        self.dtype = dtype
+        self.key = cache_key(source)
+        stem = re.sub(r"\W", "_", program.name)[:40] or "program"
+        directory = _writable(cache_root() if directory is None else Path(directory))
+        self.path = directory / f"{stem}_{self.key}.py"
+        start = time.perf_counter()
+        with _LOCK:
+            module = _MODULES.get(self.key)
+            self.reused_in_process = module is not None
+            if module is None:
+                _write_once(self.path, source)
+                module = self._import()
+                _MODULES[self.key] = module
+        self.module = module
+        self.jit_seconds = time.perf_counter() - start
+        self.kernels = list(module.KERNELS)
+
+    def _import(self):
+        # Numba finds a function's module (for its cache and its globals) by name in
+        # sys.modules, so the module is registered there before it runs.
+        name = f"_bb_numba_{self.path.stem}"
+        spec = importlib.util.spec_from_file_location(name, self.path)
+        if spec is None or spec.loader is None:
+            raise BackendError(f"numba: cannot import generated module {self.path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)   # compiles (or loads) every kernel
+        except Exception as err:
+            sys.modules.pop(name, None)
+            raise BackendError(f"numba: compiling program {self.program.name} failed "
+                               f"(generated source: {self.path}): {type(err).__name__}: "
+                               f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+                               ) from err
+        return module
+
+    @property
+    def cache_hits(self) -> int:
+        """Kernels whose machine code came from Numba's on-disk cache."""
+        return sum(sum(k.stats.cache_hits.values()) for k in self.kernels)
+
+    @property
+    def cache_misses(self) -> int:
+        return sum(sum(k.stats.cache_misses.values()) for k in self.kernels)
+
+    def cache_files(self) -> list[Path]:
+        """Numba's index and object files for this module's kernels."""
+        pycache = self.path.parent / "__pycache__"
+        return sorted(pycache.glob(f"{self.path.stem}.*.nb*")) if pycache.exists() else []
+
+    def __call__(self, inputs) -> dict:
+        arrays = {name: np.ascontiguousarray(inputs[name], dtype=self.dtype)
+                  for name in self.program.inputs}
+        with _blas_controller().limit(limits=1, user_api="blas"):
+            return self.module.run(arrays)
+
+
+def compile_module(program, dtype=np.float32, threads: int | None = None,
+                   cache_dir: str | os.PathLike | None = None,
+                   parallel: bool | None = None) -> CompiledModule:
+    """Generate, cache and import the module of ``program``. ``parallel``: True or
+    False forces every kernel's outer loops to be a ``prange`` or a plain loop; None
+    (the default) decides per kernel from its work."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise BackendError(f"numba: dtype must be float32 or float64, got {dtype}")
+    start = time.perf_counter()
+    source = generate_source(program, dtype=dtype.name, threads=threads, parallel=parallel)
+    codegen = time.perf_counter() - start
+    compiled = CompiledModule(program, source, dtype, cache_dir)
+    compiled.codegen_seconds = codegen
+    return compiled

@@ -1,0 +1,170 @@
+"""Scalar helpers the generated kernels call: a vectorisable ``exp`` and the
+operators that are more than one arithmetic expression (``silu``, ``sigmoid``).
+
+They are ordinary ``@njit`` functions of one element; LLVM inlines them into the
+generated loops, so a loop over a block calling ``exp32`` vectorises (``math.exp``
+is a scalar libm call without Intel SVML: ~1.7 ns/element against ~0.2 ns here).
+
+The generated module imports them by name; the source of this file is part of the
+cache key of every generated module (see :mod:`.compiler`), so editing a helper
+never leaves stale machine code behind.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+#: Fast-math flags of every generated function. ``nnan`` and ``ninf`` stay off: the
+#: online softmax and ``keep_ge`` masks rely on -inf behaving as IEEE says
+#: (exp(-inf) = 0, max(-inf, x) = x); reassociation lets reductions vectorise.
+FASTMATH = frozenset({"contract", "reassoc", "arcp", "nsz"})
+
+#: The exp polynomial must not be reassociated: Cody-Waite range reduction relies on
+#: the order of ``x - k*C1 - k*C2``. Only fused multiply-adds are allowed in it.
+_EXACT = dict(fastmath={"contract"}, error_model="numpy", cache=True)
+
+
+def _bitcast(src, dst):
+    @intrinsic
+    def cast(typingctx, x):
+        sig = dst(src)
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
+
+        return sig, codegen
+
+    return cast
+
+
+_bits_of_f32 = _bitcast(types.float32, types.int32)
+_f32_of_bits = _bitcast(types.int32, types.float32)
+
+
+def _float_binary(name: str, doc: str):
+    """An LLVM floating-point intrinsic of two arguments of one float type."""
+
+    @intrinsic
+    def op(typingctx, a, b):
+        if a != b or a not in (types.float32, types.float64):
+            return None
+        sig = a(a, b)
+
+        def codegen(context, builder, signature, args):
+            ty = context.get_value_type(a)
+            fnty = ir.FunctionType(ty, [ty, ty])
+            fn = builder.module.declare_intrinsic(name, [ty], fnty)
+            return builder.call(fn, args)
+
+        return sig, codegen
+
+    op.__doc__ = doc
+    return op
+
+
+#: IEEE 754-2019 maximum/minimum (``np.maximum``/``np.minimum``: a NaN operand gives
+#: NaN). As LLVM intrinsics they vectorise, also as reductions (a row max), where
+#: ``a if a > b else b`` does not without the ``nnan`` flag.
+maximum = _float_binary("llvm.maximum", "max(a, b), NaN-propagating, vectorisable")
+minimum = _float_binary("llvm.minimum", "min(a, b), NaN-propagating, vectorisable")
+_maxnum = _float_binary("llvm.maxnum", "max(a, b) ignoring a NaN operand")
+_minnum = _float_binary("llvm.minnum", "min(a, b) ignoring a NaN operand")
+
+@intrinsic
+def opaque(typingctx, x):
+    """``x`` itself, through an empty inline-asm statement LLVM cannot see through:
+    a loop whose length comes from it is not fully unrolled at compile time."""
+    if x != types.int64 and not isinstance(x, types.IntegerLiteral):
+        return None
+    sig = types.int64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64)])
+        return builder.asm(fnty, "", "=r,0", args, side_effect=False)
+
+    return sig, codegen
+
+
+_LOG2E = np.float32(1.4426950408889634)
+_ROUND = np.float32(12582912.0)      # 1.5 * 2^23: x + _ROUND rounds x to an integer
+_ROUND_BITS = np.int32(0x4B400000)   # the bits of _ROUND
+_LN2_HI = np.float32(0.693359375)
+_LN2_LO = np.float32(-2.12194440e-4)
+_P0 = np.float32(1.9875691500e-4)
+_P1 = np.float32(1.3981999507e-3)
+_P2 = np.float32(8.3334519073e-3)
+_P3 = np.float32(4.1665795894e-2)
+_P4 = np.float32(1.6666665459e-1)
+_P5 = np.float32(5.0000001201e-1)
+_ONE = np.float32(1.0)
+_ZERO = np.float32(0.0)
+_HI = np.float32(88.8)       # above log(FLT_MAX): the product below overflows to inf
+_LO = np.float32(-103.9)     # below log of the smallest subnormal: 0
+
+
+@njit(**_EXACT)
+def exp32(x):
+    """exp of a float32 (Cephes expf polynomial, ~1e-7 relative error).
+
+    exp(-inf) = 0, exp(inf) = inf, exp(nan) = nan, subnormal results are kept.
+    Branch-free: a loop calling it vectorises (~0.5 ns per element on AVX-512).
+    """
+    xc = _minnum(_maxnum(x, _LO), _HI)
+    t = xc * _LOG2E + _ROUND             # k = round(x / ln 2), in t's low bits
+    k = t - _ROUND
+    r = xc - k * _LN2_HI                 # Cody-Waite: r = x - k ln 2, in two steps
+    r = r - k * _LN2_LO
+    p = _P0 * r + _P1
+    p = p * r + _P2
+    p = p * r + _P3
+    p = p * r + _P4
+    p = p * r + _P5
+    p = p * (r * r) + r + _ONE           # exp(r), |r| <= ln(2) / 2
+    ki = _bits_of_f32(t) - _ROUND_BITS
+    k1 = ki >> np.int32(1)               # 2^k as 2^k1 * 2^(k - k1): both stay normal
+    s1 = _f32_of_bits((k1 + np.int32(127)) << np.int32(23))
+    s2 = _f32_of_bits((ki - k1 + np.int32(127)) << np.int32(23))
+    y = p * s1 * s2
+    y = _ZERO if x < _LO else y
+    return y if x == x else x
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy", cache=True)
+def sigmoid32(x):
+    """1 / (1 + exp(-x)); no overflow trouble: exp(-x) = inf gives 0."""
+    return _ONE / (_ONE + exp32(-x))
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy", cache=True)
+def silu32(x):
+    """x * sigmoid(x), written x / (1 + exp(-x))."""
+    return x / (_ONE + exp32(-x))
+
+
+@njit(error_model="numpy", cache=True)
+def sigmoid64(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@njit(error_model="numpy", cache=True)
+def silu64(x):
+    return x / (1.0 + math.exp(-x))
+
+
+@njit(error_model="numpy", cache=True)
+def exp64(x):
+    return math.exp(x)
+
+
+#: Helper names the generated code uses, per dtype: generic name -> function here.
+HELPERS = {
+    "float32": {"exp_": "exp32", "sigmoid_": "sigmoid32", "silu_": "silu32",
+                "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque"},
+    "float64": {"exp_": "exp64", "sigmoid_": "sigmoid64", "silu_": "silu64",
+                "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque"},
+}
