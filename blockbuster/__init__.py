@@ -75,15 +75,16 @@ def __getattr__(name):
     raise AttributeError(f"module 'blockbuster' has no attribute {name!r}")
 
 
-def compile(program, backend="reference"):  # noqa: A001 - the API's name on purpose
-    """Compile ``program`` with a backend (a registered name or a Backend object).
+def compile(program, backend="reference", **options):  # noqa: A001 - the API's name
+    """Compile ``program`` with a backend (a registered name or a Backend object);
+    ``options`` go to the backend (e.g. ``dtype``, ``threads`` for numba).
 
     Returns ``compiled(**arrays) -> {output name: array}``.
     """
     if isinstance(backend, str):
         from .backends.registry import get_backend
         backend = get_backend(backend)
-    return backend.compile(program)
+    return backend.compile(program, **options)
 
 
 # ``cost`` is both the API function and the subpackage ``blockbuster.cost``, and

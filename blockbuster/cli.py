@@ -60,12 +60,14 @@ def build_program(args: argparse.Namespace):
                                 **parse_assignments(args.size, "--size"))
 
 
-def write_new_file(path: str, text: str) -> None:
-    """Write an output file; refuse to overwrite a rule file or a program by mistake."""
+def write_new_file(path: str, text: str, allowed: tuple = ()) -> None:
+    """Write an output file; never overwrite a rule file, a grammar or a program the
+    user wrote by mistake."""
     from pathlib import Path
     target = Path(path)
-    if target.suffix in (".bbr", ".py", ".lark"):
-        raise UsageError(f"refusing to overwrite {path}: choose a .dot file name")
+    protected = {".bbr", ".lark", ".py"} - set(allowed)
+    if target.suffix in protected or (target.suffix in allowed and target.exists()):
+        raise UsageError(f"refusing to overwrite {path}: choose a new file name")
     try:
         target.write_text(text)
     except OSError as err:
@@ -100,6 +102,9 @@ def add_run(sub) -> None:
                         "step that changes the outputs")
     p.add_argument("--dot", metavar="FILE",
                    help="write Graphviz DOT of the program before and after fusion")
+    p.add_argument("--emit-source", metavar="FILE", nargs="?", const="-",
+                   help="print (or write to FILE) the source the backend generated for "
+                        "the fused program")
     p.set_defaults(func=cmd_run)
 
 
@@ -157,10 +162,23 @@ def cmd_run(args: argparse.Namespace) -> int:
             write_new_file(args.dot, to_dot(("before fusion", fusion.original),
                                             ("after fusion", fusion.program)))
 
+    def on_compiled(compiled):
+        if args.emit_source is None:
+            return
+        source = getattr(compiled, "source", None)
+        if source is None:
+            raise UsageError("--emit-source: this backend does not generate source "
+                             "(try --backend numba)")
+        if args.emit_source == "-":
+            print(source)
+        else:
+            write_new_file(args.emit_source, source, allowed=(".py",))
+
     report = run_workload(args.workload, sizes=parse_assignments(args.size, "--size"),
                           blocks=parse_assignments(args.block, "--block"),
                           backend=args.backend, seed=args.seed, rules=rules, limits=limits,
-                          on_fused=on_fused, progress=False if args.json else None)
+                          on_fused=on_fused, progress=False if args.json else None,
+                          on_compiled=on_compiled)
     if checked is not None:
         report["verified_steps"] = checked
     if args.json:

@@ -43,7 +43,7 @@ def _finite_or_none(x: float) -> float | None:
 def run_workload(name: str, sizes: dict[str, int] | None = None,
                  blocks: dict[str, int] | None = None, backend=None, seed: int = 0,
                  rules=None, limits=None, step_check=None,
-                 on_fused=None, progress=None) -> dict[str, Any]:
+                 on_fused=None, progress=None, on_compiled=None) -> dict[str, Any]:
     """Build, fuse, compile, run and validate one workload; returns the report dict.
 
     ``backend`` is a Backend object or a registered name (default: the registry's
@@ -73,6 +73,8 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
     if on_fused is not None:
         on_fused(fusion)
     compiled = timed("compile", blockbuster.compile, fused, backend=backend)
+    if on_compiled is not None:
+        on_compiled(compiled)
     inputs = random_inputs(fused, seed=seed)
     outputs = timed("run", compiled, **inputs)
     validation = compare(outputs, oracle(name, inputs))
