@@ -196,3 +196,31 @@ def test_backends_shows_the_error_of_a_broken_plugin(monkeypatch, capsys):
 def test_version():
     r = bb("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"blockbuster {blockbuster.__version__}"
+
+
+def test_emit_source_prints_the_generated_kernels(tmp_path):
+    import subprocess
+    import sys
+    out_file = tmp_path / "attention_kernels.py"
+    done = subprocess.run([sys.executable, "-m", "blockbuster", "run", "attention",
+                           "--size", "N=100", "--backend", "numba", "--emit-source",
+                           str(out_file)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    source = out_file.read_text()
+    assert "prange" in source and "def " in source
+    # The same file again is refused: nothing the user has is overwritten.
+    again = subprocess.run([sys.executable, "-m", "blockbuster", "run", "attention",
+                            "--size", "N=100", "--backend", "numba", "--emit-source",
+                            str(out_file)], capture_output=True, text=True)
+    assert again.returncode == 2 and "refusing to overwrite" in again.stderr
+    assert out_file.read_text() == source
+
+
+def test_emit_source_needs_a_generating_backend():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "blockbuster", "run", "attention",
+                           "--size", "N=50", "--backend", "reference", "--emit-source"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "does not generate source" in done.stderr
+    assert "Traceback" not in done.stderr
