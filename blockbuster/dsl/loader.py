@@ -12,7 +12,6 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-import lark
 
 from ..errors import SourceError
 from ..ir import expr as E

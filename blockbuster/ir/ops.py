@@ -7,7 +7,7 @@ table, so adding an operator is one entry here plus its semantics in each backen
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable
 
 import attrs
 

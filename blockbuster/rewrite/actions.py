@@ -17,8 +17,8 @@ from typing import Callable, Iterator
 import attrs
 
 from ..ir.combiners import COMBINERS
-from ..ir.expr import BindAttr, Expr, LoadAttr, ReduceAttr, proj
-from ..ir.index import IVar
+from ..ir.expr import BindAttr, Expr, LoadAttr, proj
+from ..ir.index import IVar, free_vars as index_vars
 from ..ir.program import Kernel, Program
 from .subst import replace_nodes, substitute_index
 
@@ -151,7 +151,6 @@ def _merge(a: Expr, b: Expr) -> tuple[Expr, dict] | None:
         host, guest, gcomb = b, a, ca
     else:
         return None
-    hcomb = COMBINERS[host.attr.combiner]
     # meanvar already sums its head's rows: sum(k: rowsum(x)) is its output 1.
     if (host.attr.combiner == "meanvar" and guest.attr.combiner == "sum"
             and len(guest.args) == 1 and guest.args[0] == Expr("rowsum", (host.args[0],))):
@@ -291,14 +290,9 @@ def _can_hoist(r: Expr, d: str, bound_between: frozenset) -> bool:
     comb = COMBINERS[r.attr.combiner]
     if comb.passenger != "sum" or d not in r.free_vars or r.free_vars & bound_between:
         return False
-    if any(b is not None and d in _index_vars(b) for b in (r.attr.lo, r.attr.hi)):
+    if any(b is not None and d in index_vars(b) for b in (r.attr.lo, r.attr.hi)):
         return False
     return all(d not in h.free_vars for h in r.args[: comb.head])
-
-
-def _index_vars(ix):
-    from ..ir.index import free_vars
-    return free_vars(ix)
 
 
 def _hoist(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:

@@ -20,7 +20,7 @@ from ..errors import BlockbusterError, IRError
 from ..ir.expr import Expr
 from ..ir.program import Program
 from ..ir.verify import verify
-from .actions import ACTION_IMPLS, Application, _replace_in_kernel
+from .actions import ACTION_IMPLS, _replace_in_kernel
 from .guards import RuleContext, guards_hold
 from .matcher import compile_pattern, instantiate
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..ir.expr import BindAttr, Expr, LoadAttr, PosAttr
+from ..ir.expr import Expr, LoadAttr, PosAttr
 from ..ir.index import Idx, IVar, free_vars as idx_free_vars, substitute as idx_subst
 import attrs
 

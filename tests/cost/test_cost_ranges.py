@@ -149,7 +149,7 @@ kernel k for i in M, e in D:
 
 def test_large_programs_cost_fast():
     # 64 blocks along every dimension, three nested loops; and coupled causal ranges.
-    mm = f"""
+    mm = """
 program mm
 dim M = 4096 block 64
 dim K = 4096 block 64

@@ -2,7 +2,6 @@ import pytest
 
 from blockbuster.dsl.loader import default_rules, load_rules, load_rules_text
 from blockbuster.errors import SourceError
-from blockbuster.ir import expr as E
 
 
 def test_rules_phases_and_schedule():

@@ -1,6 +1,5 @@
 """`rules check`: every shipped rule is sound; planted unsound rules are caught."""
 
-from pathlib import Path
 
 import pytest
 
