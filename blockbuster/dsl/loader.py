@@ -94,6 +94,19 @@ class _PatternBuilder(TermBuilder):
         return super().build_binder(tree)
 
 
+def _check_vocabulary(table, unknown_word, word, tok, args, text, filename) -> None:
+    """The name is in the vocabulary ``table`` and gets its number of arguments."""
+    name = str(tok)
+    if name not in table:
+        raise error_at(tok, f"unknown {unknown_word} '{name}' (known: {', '.join(table)})",
+                       text, filename)
+    params = table[name][0]
+    if len(args) != len(params):
+        raise error_at(tok, f"{word} '{name}' takes {len(params)} argument"
+                            f"{'s' if len(params) != 1 else ''}, got {len(args)}",
+                       text, filename)
+
+
 class RuleFileLoader:
     def __init__(self):
         self.rules: dict[str, RuleDef] = {}
@@ -180,14 +193,7 @@ class RuleFileLoader:
         action_tok, *args = body.children
         args = [a for a in args if a is not None]
         action = str(action_tok)
-        if action not in ACTIONS:
-            raise error_at(action_tok, f"unknown action '{action}' (known: "
-                                       f"{', '.join(ACTIONS)})", text, filename)
-        params = ACTIONS[action][0]
-        if len(args) != len(params):
-            raise error_at(action_tok, f"action '{action}' takes {len(params)} argument"
-                                       f"{'s' if len(params) != 1 else ''}, got {len(args)}",
-                           text, filename)
+        _check_vocabulary(ACTIONS, "action", "action", action_tok, args, text, filename)
         guards = self._guards(guard, text, filename, {"array": {str(a) for a in args}})
         return RuleDef(name, loc, "action", guards, action=action,
                        action_args=tuple(str(a) for a in args), text=rule_text)
@@ -204,14 +210,8 @@ class RuleFileLoader:
             name_tok, *args = pred.children
             args = [a for a in args if a is not None]
             gname = str(name_tok)
-            if gname not in GUARDS:
-                raise error_at(name_tok, f"unknown guard predicate '{gname}' (known: "
-                                         f"{', '.join(GUARDS)})", text, filename)
+            _check_vocabulary(GUARDS, "guard predicate", "guard", name_tok, args, text, filename)
             kinds = GUARDS[gname][0]
-            if len(args) != len(kinds):
-                raise error_at(name_tok, f"guard '{gname}' takes {len(kinds)} argument"
-                                         f"{'s' if len(kinds) != 1 else ''}, got {len(args)}",
-                               text, filename)
             names = []
             for arg, kind in zip(args, kinds):
                 if arg.data != "ref":

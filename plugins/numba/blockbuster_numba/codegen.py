@@ -719,12 +719,12 @@ class KernelGenerator:
             raise BackendError(f"numba: no code for operator '{op}'")
         return Block(axes, node=node, args=args, frame=frame, hint=op)
 
-    def emit_load(self, node: Expr, frame: Frame) -> Block:
-        array = node.attr.array
-        dims = self.m.array_dims[array]
+    def block_subscripts(self, blocks, dims) -> tuple[list[str], list]:
+        """Python subscripts selecting block ``blocks`` (index expressions) of an
+        array over ``dims``, and the axes of the resulting view: a point dimension
+        takes one element, a one-block dimension all of it, others a slice."""
         subs, axes = [], []
-        for ix, d in zip(node.attr.index, dims):
-            b = self.block_index(ix, d, frame)
+        for b, d in zip(blocks, dims):
             if d.point:
                 subs.append(b)
             elif d.nblocks == 1:
@@ -735,6 +735,13 @@ class KernelGenerator:
                 s = self.start(axis)
                 subs.append(f"{s}:{s} + {self.ext(axis)}")
                 axes.append(axis)
+        return subs, axes
+
+    def emit_load(self, node: Expr, frame: Frame) -> Block:
+        array = node.attr.array
+        dims = self.m.array_dims[array]
+        subs, axes = self.block_subscripts(
+            [self.block_index(ix, d, frame) for ix, d in zip(node.attr.index, dims)], dims)
         # C-contiguous when every subscript after the first non-integer one is ':'.
         first = next((i for i, (s, d) in enumerate(zip(subs, dims)) if not d.point), None)
         contig = first is not None and all(s == ":" for s in subs[first + 1:])
@@ -1328,18 +1335,7 @@ class KernelGenerator:
         """A view of block ``blocks`` of ``array`` (emitted in ``frame``) and its axes;
         for a block of point dimensions only, the element itself and no axes."""
         arg = self.m.arg_names[array]
-        subs, axes = [], []
-        for b, d in zip(blocks, self.m.array_dims[array]):
-            if d.point:
-                subs.append(b)
-            elif d.nblocks == 1:
-                subs.append(":")
-                axes.append(Axis(d, "0"))
-            else:
-                axis = Axis(d, b)
-                s = self.start(axis)
-                subs.append(f"{s}:{s} + {self.ext(axis)}")
-                axes.append(axis)
+        subs, axes = self.block_subscripts(blocks, self.m.array_dims[array])
         while len(subs) > 1 and subs[-1] == ":":
             subs.pop()
         if not axes:
