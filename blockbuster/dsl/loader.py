@@ -53,6 +53,7 @@ class _PatternBuilder(TermBuilder):
         self.binder_vars: set[str] = set()
         self.ranges: set[str] = set()
         self.refs: list[tuple[str, object]] = []
+        self.subranged: list = []             # range tokens used as R[lo : hi]
 
     def resolve_ref(self, name, node):
         if name in self.withs:
@@ -83,8 +84,17 @@ class _PatternBuilder(TermBuilder):
             raise self.error(tree.children[0], f"unknown combiner '{name}' "
                              f"(known: {', '.join(COMBINERS)}, and map)")
         if rng.data != "full_range":
-            raise self.error(rng, "a pattern matches a reduction's whole range: "
-                                  f"write '{var} in {rng.children[0]}'")
+            if self.lhs:
+                raise self.error(rng, "a pattern matches a reduction's whole range: "
+                                      f"write '{var} in {rng.children[0]}'")
+            # A replacement may reduce over the first blocks of a matched range
+            # (``k in R[: 1]``): constant bounds only, and only of a whole range.
+            _dim, lo, _colon, hi = rng.children
+            for bound in (lo, hi):
+                if bound is not None and bound.data != "iconst":
+                    raise self.error(bound, "a sub-range of a matched range takes constant "
+                                            f"bounds, e.g. '{var} in {rng.children[0]}[: 1]'")
+            self.subranged.append(rng.children[0])
         if self.lhs:
             self.binder_vars.add(str(var))
             self.ranges.add(str(rng.children[0]))
@@ -187,6 +197,12 @@ class RuleFileLoader:
         guards = self._guards(guard, text, filename,
                               {"expr": lhs_b.names, "var": lhs_b.binder_vars,
                                "range": lhs_b.ranges})
+        whole = {g.args[0] for g in guards if g.name == "whole" and not g.negated}
+        for tok in rhs_b.subranged:
+            if str(tok) not in whole:
+                raise error_at(tok, f"a sub-range of '{tok}' needs the guard whole({tok}) "
+                                    "(its bounds are relative to the dimension's start)",
+                               text, filename)
         return RuleDef(name, loc, "rewrite", guards, lhs=lhs, rhs=rhs, text=rule_text)
 
     def _action_rule(self, name, loc, body, guard, text, filename, rule_text):

@@ -25,6 +25,9 @@ GUARDS: dict[str, tuple[tuple[str, ...], str]] = {
     "fits_local": (("array",), "after inlining X the consumer still fits the local tier"),
     "bounds_invariant": (("range", "var"), "the bounds of range R do not depend on loop "
                                            "index d"),
+    "whole": (("range",), "R covers its whole dimension (no sub-range bounds)"),
+    "reduces_over": (("expr", "range"), "x contains a reduction over all of range R "
+                                        "(computing x takes a pass of its own over R)"),
     "cheaper_after": (("phase",), "the action's result, after running phase P to a "
                                   "fixpoint, costs less (cost-model objective)"),
     "cheaper": ((), "the action's result costs less (cost-model objective)"),

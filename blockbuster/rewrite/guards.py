@@ -113,6 +113,25 @@ def _bounds_invariant(b, rng, var) -> bool:
     return all(bound is None or b[var] not in index_vars(bound) for bound in (lo, hi))
 
 
+def reduces_over(x: Expr, rng: tuple) -> bool:
+    """``x`` contains a reduction over exactly the range ``rng`` (dim, lo, hi), not
+    nested in another reduction over the same dimension (whose loop then owns it: a
+    pivot reduces over the first block of a value that may itself hold full passes)."""
+    seen: set = set()
+    stack = [x]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "reduce" and n.attr.dim == rng[0]:
+            if (n.attr.lo, n.attr.hi) == rng[1:]:
+                return True
+            continue
+        stack.extend(n.args)
+    return False
+
+
 def fits_local(ctx: RuleContext, array: str) -> bool:
     """Inlining ``array`` into its consumers keeps each one within the local tier."""
     from .actions import inline_everywhere
@@ -132,6 +151,8 @@ GUARD_IMPLS: dict[str, Callable] = {
     "same_index": lambda ctx, b, a: same_index(ctx, b[a]),
     "fits_local": lambda ctx, b, a: fits_local(ctx, b[a]),
     "bounds_invariant": lambda ctx, b, r, v: _bounds_invariant(b, r, v),
+    "reduces_over": lambda ctx, b, x, r: reduces_over(b[x], b[r]),
+    "whole": lambda ctx, b, r: b[r][1] is None and b[r][2] is None,
     "cheaper_after": lambda ctx, b, p: cheaper_after(ctx, p),
     "cheaper": lambda ctx, b: cheaper(ctx),
     "fits_after": lambda ctx, b, p: fits_after(ctx, p),

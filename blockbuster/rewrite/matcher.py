@@ -88,6 +88,11 @@ def instantiate(template: Expr, b: Bindings) -> Expr:
             out = Expr("runmax", (), b[t.attr])
         elif t.op == "reduce":
             dim, lo, hi = b[t.attr.dim]
+            if t.attr.lo is not None or t.attr.hi is not None:
+                # ``k in R[: c]``: constant bounds of a whole range (guard ``whole(R)``)
+                if lo is not None or hi is not None:
+                    raise ValueError(f"sub-range of {t.attr.dim}, which is not a whole range")
+                lo, hi = t.attr.lo, t.attr.hi
             out = Expr("reduce", tuple(go(a) for a in t.args),
                        ReduceAttr(t.attr.combiner, b[t.attr.var], dim, lo, hi))
         elif t.op == "map":
