@@ -93,6 +93,7 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
         "stop_reason": fusion.stop_reason,
         "stop_message": getattr(fusion, "message", fusion.stop_reason),
         "fusion_steps": len(fusion.trace),
+        "fallback": getattr(fusion, "fallback", ""),
         "rules_applied": fusion.rule_counts(),
         "pieces": [{"kernels": list(p.kernels),
                     "fused_kernels": [k.name for k in p.program.kernels],
@@ -139,6 +140,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"fusion          {r['fusion_steps']} steps, stopped: {r['stop_reason']}"
         + (f" ({r['stop_message']})" if r["stop_message"] != r["stop_reason"] else ""),
     ]
+    if r.get("fallback"):
+        lines.append(f"  never worse   {r['fallback']}")
     for piece in r.get("pieces", []):
         rules = ", ".join(f"{name}×{n}" for name, n in piece["rules"].items()) or "no rules"
         lines.append(f"  piece         {len(piece['kernels'])} kernels ({piece['kernels'][0]}.."

@@ -75,6 +75,7 @@ class FusionResult:
     seconds: float = 0.0
     original: Program | None = None
     pieces: tuple = ()       # candidate selection: the chosen fused pieces
+    fallback: str = ""       # why the whole-program fusion was not kept (never worse)
 
     @property
     def message(self) -> str:
@@ -102,6 +103,8 @@ class FusionResult:
                 else:
                     out.append(f"(kernel {step.kernel} removed)")
         out.append(f"== stop: {self.stop_reason} ({self.message}) after {len(self.trace)} steps")
+        if self.fallback:
+            out.append(f"== {self.fallback}")
         return "\n".join(out)
 
 

@@ -86,8 +86,14 @@ class Selector:
         choice: list[tuple | None] = [None] * (n + 1)
         bar = _progress(len(spans), self.progress)
         for i, j in spans:           # ordered by j: best[i] is final when j is reached
-            fused, info = self._fuse(segment_program(program, i, j))
+            segment = segment_program(program, i, j)
+            fused, info = self._fuse(segment)
             price = self._price(fused)
+            if j - i == 1 and not _not_worse(fused, segment, self.hardware):
+                # A kernel alone is kept as it is unless its fusion pays, so the
+                # cover of single kernels is the unfused program: the chosen cover
+                # is never worse than it.
+                fused, info, price = segment, _UNFUSED, self._price(segment)
             bar.update(1)
             if best[i] + price < best[j]:
                 best[j] = best[i] + price
@@ -107,6 +113,15 @@ class Selector:
                             _worst_stop(info.stop_reason for _, info in pieces),
                             time.perf_counter() - start_time, program,
                             tuple(p for p, _ in pieces))
+
+
+_UNFUSED = _Fused(None, {}, (), "saturated")
+
+
+def _not_worse(fused: Program, original: Program, hardware) -> bool:
+    """Neither the cost-model objective nor the per-call global bytes grew."""
+    after, before = cost(fused, hardware), cost(original, hardware)
+    return after.objective <= before.objective and after.per_call_bytes <= before.per_call_bytes
 
 
 def _fresh_names(piece: Program, program: Program, suffix: str) -> Program:
@@ -152,7 +167,15 @@ def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
                  hardware=None, step_check=None, max_kernels: int = DEFAULT_MAX_KERNELS,
                  progress: bool | None = None) -> FusionResult:
     """Fuse ``program``: whole when it is small enough to be one candidate, else by
-    candidate selection."""
+    candidate selection. Never worse than the program it started from: when the
+    whole-program fusion costs more (e.g. a producer inlined into several consumers
+    recomputes it), selection keeps only the pieces whose fusion pays."""
     if len(program.kernels) <= max_kernels or step_check is not None:
-        return Engine(rules, limits, hardware, step_check).run(program)
+        whole = Engine(rules, limits, hardware, step_check).run(program)
+        if step_check is not None or _not_worse(whole.program, program, hardware):
+            return whole
+        selected = Selector(rules, hardware, limits, max_kernels, progress).select(program)
+        return attrs.evolve(selected, fallback=(
+            "fusing the whole program did not pay (cost-model objective or per-call bytes "
+            "grew): kept only the pieces whose fusion pays"))
     return Selector(rules, hardware, limits, max_kernels, progress).select(program)
