@@ -174,3 +174,30 @@ def test_paper_rules_layernorm_matmul_is_worse_than_default():
     fused_paper = bb.fuse(program, paper).program
     assert "sum(k in K[ : 1]" not in str(fused_paper)
     assert "sum(k in K[ : 1]" in str(bb.fuse(program).program)
+
+
+def _exp_of_shifted(N, S, block):
+    g = GraphBuilder("exp_shift")
+    g.dim("N", N, block)
+    g.dim("S", S, block)
+    x, v = g.input("X", "N", "S"), g.input("v", "N")
+    return g.build(g.unary("exp", g.binary("add", x, v), name="E"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("N,S,block", [(32, 64, 16), (13, 21, 8)])
+def test_exp_of_a_moderate_sum_of_large_terms(backend, N, S, block):
+    """exp(x + v) with x = 125.6, v = -82.6 is 4.7e18, not exp(125.6)·exp(-82.6) = inf·0;
+    x = -104, v = 87 is 4.1e-8, not 0 (the exp split flushed exp(-104) to zero)."""
+    program = _exp_of_shifted(N, S, block)
+    fused = bb.fuse(program).program
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-1, 1, (N, S)).astype(np.float32)
+    v = np.zeros(N, np.float32)
+    X[0, :], v[0] = 125.6, -82.6
+    X[1, :], v[1] = -104.0, 87.0
+    X[2, :], v[2] = -100.0, 85.0
+    ref = np.exp(X.astype(np.float64) + v.astype(np.float64)[:, None])
+    for prog in (program, fused):
+        out = bb.compile(prog, backend=backend)(X=X, v=v)["E"]
+        np.testing.assert_allclose(out, ref, rtol=2e-5)
