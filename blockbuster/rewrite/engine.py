@@ -44,7 +44,7 @@ def _positive(kind, zero_ok: bool = False):
 
 @attrs.frozen
 class Limits:
-    max_steps: int = attrs.field(default=10_000, validator=_positive(int))
+    max_steps: int = attrs.field(default=50_000, validator=_positive(int))
     max_nodes: int = attrs.field(default=500_000, validator=_positive(int))
     max_seconds: float = attrs.field(default=120.0, validator=_positive((int, float), True))
     max_depth: int = attrs.field(default=MAX_DEPTH, validator=_positive(int))

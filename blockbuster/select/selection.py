@@ -67,6 +67,9 @@ class Selector:
     def _fuse(self, candidate: Program) -> tuple[Program, _Fused]:
         canon, arrays_back, kernels_back = canonical(candidate)
         hit = self.cache.get(canon)
+        if hit is None and self.budget is not None and self.budget.check():
+            # The whole fusion's steps or seconds are spent: the rest stays unfused.
+            return candidate, _Fused(canon, {}, (), self.budget.exhausted)
         if hit is None:
             result = Engine(self.rules, self.limits, self.hardware, budget=self.budget).run(canon)
             self.fusions += 1
