@@ -61,8 +61,8 @@ def _check_nesting(tree: lark.Tree, text: str, filename: str) -> None:
     while stack:                       # iterative: the tree may be arbitrarily deep
         node, depth = stack.pop()
         if depth > MAX_NESTING:
-            raise error_at(node, f"nesting deeper than {MAX_NESTING} levels (simplify "
-                                 "the expression or split it with let bindings)",
+            raise error_at(node, f"nested deeper than {MAX_NESTING} levels (the limit for "
+                                 "rule and program texts)",
                            text, filename)
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
 
