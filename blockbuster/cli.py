@@ -223,10 +223,18 @@ def check_user_rules(rules, as_json: bool = False) -> int | None:
 def _verify_small_copy(args, rules, limits) -> int:
     """--verify-steps: fuse a small ragged copy of the workload, checking every step."""
     import blockbuster
+    from .frontend.workloads import WORKLOADS
     from .rewrite.verify_steps import StepVerifier, small_sizes
     full = build_program(args)
     sizes, blocks = small_sizes(full)
-    small = blockbuster.workload(args.workload, blocks=blocks, **sizes)
+    own = WORKLOADS[args.workload].dims        # not the dimensions a workload derives
+    params = {d: v for d, v in parse_assignments(args.size, "--size").items() if d not in own}
+    try:
+        small = blockbuster.workload(args.workload, **params,
+                                     blocks={d: b for d, b in blocks.items() if d in own},
+                                     **{d: n for d, n in sizes.items() if d in own})
+    except UsageError:      # small sizes break a constraint (llama: an even head size)
+        small = full
     verifier = StepVerifier(small, seed=args.seed)
     blockbuster.fuse(small, rules=rules, limits=limits, step_check=verifier)
     return verifier.checked

@@ -155,6 +155,8 @@ class RuleFileLoader:
         if resolved in self._loaded:
             return                      # included twice (or a cycle): load once
         self._loaded.add(resolved)
+        if path.is_dir():
+            raise SourceError(f"{display} is a directory, not a rule file", display)
         if not path.is_file():
             raise SourceError(f"no such rule file: {display}", display)
         text = read_text(path)
