@@ -260,3 +260,18 @@ def test_read_only_and_non_contiguous_inputs_are_accepted(backend):
         scale = np.abs(expected).max()
         assert np.abs(out - expected).max() <= 1e-4 * scale
     assert not read_only["Q"].flags.writeable          # the caller's arrays untouched
+
+
+def test_the_numba_module_itself_copies_read_only_inputs():
+    # The compiled module is also reachable without the checks of CompiledProgram.
+    from blockbuster.oracles import attention as oracle
+    from blockbuster_numba.compiler import compile_module
+    program = blockbuster.workload("attention", N=50, D=16, blocks={"N": 32, "D": 16})
+    rng = np.random.default_rng(5)
+    inputs = {n: (10 * rng.standard_normal(program.shape(n))).astype(np.float32)
+              for n in program.inputs}
+    expected = oracle(**{n: a.astype(np.float64) for n, a in inputs.items()})["O"]
+    for a in inputs.values():
+        a.flags.writeable = False
+    out = compile_module(program)(inputs)["O"]
+    assert np.abs(out - expected).max() <= 1e-4 * np.abs(expected).max()
