@@ -234,6 +234,8 @@ def _verify_small_copy(args, rules, limits) -> int:
                                      blocks={d: b for d, b in blocks.items() if d in own},
                                      **{d: n for d, n in sizes.items() if d in own})
     except UsageError:      # small sizes break a constraint (llama: an even head size)
+        from .memcheck import check_fits_memory
+        check_fits_memory(full)     # the interpreter will hold the user's sizes
         small = full
     verifier = StepVerifier(small, seed=args.seed)
     blockbuster.fuse(small, rules=rules, limits=limits, step_check=verifier)
