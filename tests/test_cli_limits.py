@@ -53,7 +53,7 @@ def test_bad_numbers_are_refused_by_the_argument_parser(argv, fragment, capsys):
 def test_limits_refuse_nan_and_negative_values():
     for bad in ({"max_seconds": float("nan")}, {"max_seconds": -1.0}, {"max_steps": 0},
                 {"max_nodes": 2.5}, {"max_depth": True}):
-        with pytest.raises(ValueError):
+        with pytest.raises(blockbuster.UsageError, match="must be a"):
             Limits(**bad)
 
 

@@ -14,13 +14,14 @@ fuses is decided entirely by the rule files.
 
 from __future__ import annotations
 
+import numbers
 import time
 from typing import Callable
 
 import attrs
 
 from ..dsl.ast import RuleDef, RuleSet
-from ..errors import BlockbusterError, IRError
+from ..errors import BlockbusterError, IRError, UsageError
 from ..ir.depth import MAX_DEPTH
 from ..ir.expr import Expr
 from ..ir.program import Program
@@ -36,7 +37,7 @@ def _positive(kind, zero_ok: bool = False):
         ok = (not isinstance(value, bool) and isinstance(value, kind)
               and (value >= 0 if zero_ok else value > 0) and value < float("inf"))
         if not ok:      # also false for NaN
-            raise ValueError(f"Limits.{attribute.name} must be a "
+            raise UsageError(f"Limits.{attribute.name} must be a "
                              f"{'non-negative' if zero_ok else 'positive'} finite number, "
                              f"got {value!r}")
     return check
@@ -44,10 +45,10 @@ def _positive(kind, zero_ok: bool = False):
 
 @attrs.frozen
 class Limits:
-    max_steps: int = attrs.field(default=50_000, validator=_positive(int))
-    max_nodes: int = attrs.field(default=500_000, validator=_positive(int))
-    max_seconds: float = attrs.field(default=120.0, validator=_positive((int, float), True))
-    max_depth: int = attrs.field(default=MAX_DEPTH, validator=_positive(int))
+    max_steps: int = attrs.field(default=50_000, validator=_positive(numbers.Integral))
+    max_nodes: int = attrs.field(default=500_000, validator=_positive(numbers.Integral))
+    max_seconds: float = attrs.field(default=120.0, validator=_positive(numbers.Real, True))
+    max_depth: int = attrs.field(default=MAX_DEPTH, validator=_positive(numbers.Integral))
 
 
 class Budget:
