@@ -4,21 +4,27 @@ Each subcommand is one ``add_*`` function that declares its arguments and one
 ``cmd_*`` function that does the work and returns the exit status; add a command by
 writing both and listing the ``add_*`` in :data:`COMMANDS`.
 
-Exit status: 0 success, 1 validation failed, 2 bad usage or input. User mistakes
-(:class:`~blockbuster.errors.BlockbusterError`) print one ``error: ...`` line on
-stderr (a source error prints its file:line:col excerpt) and never a traceback.
+Exit status: 0 success; 1 validation failed or a rule is unsound (nothing else);
+2 bad usage or input; 3 an internal error (a bug: one line and a hint, the traceback
+only with ``--debug``); 141 stdout was closed early (``... | head``), quietly. User
+mistakes (:class:`~blockbuster.errors.BlockbusterError`) print one ``error: ...``
+line on stderr (a source error prints its file:line:col excerpt); no command prints
+a Python traceback without ``--debug``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from typing import Callable, Sequence
 
 from .errors import BlockbusterError, SourceError, UsageError
 
-EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 128 + 13          # what a shell reports for a process killed by SIGPIPE
 
 
 # ---------------------------------------------------------------------------
@@ -44,6 +50,39 @@ def parse_assignments(items: Sequence[str] | None, flag: str) -> dict[str, int]:
     return out
 
 
+def seed_arg(text: str) -> int:
+    """argparse type of ``--seed``: NumPy seeds are non-negative integers."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is a non-negative integer, got {value}")
+    return value
+
+
+def positive_int_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    """A positive, finite number of seconds (``nan`` and ``inf`` are not limits)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number of seconds, "
+                                         f"got {text}")
+    return value
+
+
 def add_program_args(p: argparse.ArgumentParser) -> None:
     """WORKLOAD [--size DIM=INT]... [--block DIM=INT]..."""
     p.add_argument("workload", metavar="WORKLOAD",
@@ -60,14 +99,31 @@ def build_program(args: argparse.Namespace):
                                 **parse_assignments(args.size, "--size"))
 
 
+def check_output_path(path: str, allowed: tuple = (), flag: str = "") -> None:
+    """Refuse, before any work is done, an output file that ``write_new_file`` would
+    refuse or could not write: a protected name, a directory, a missing or read-only
+    folder."""
+    from pathlib import Path
+    target = Path(path)
+    what = f"{flag} {path}" if flag else path
+    protected = {".bbr", ".lark", ".py"} - set(allowed)
+    if target.suffix in protected or (target.suffix in allowed and target.exists()):
+        raise UsageError(f"refusing to overwrite {what}: choose a new file name")
+    if target.is_dir():
+        raise UsageError(f"{what} is a directory, not a file name")
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"cannot write {what}: no such directory {folder}")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f"cannot write {what}: permission denied")
+
+
 def write_new_file(path: str, text: str, allowed: tuple = ()) -> None:
     """Write an output file; never overwrite a rule file, a grammar or a program the
     user wrote by mistake."""
     from pathlib import Path
     target = Path(path)
-    protected = {".bbr", ".lark", ".py"} - set(allowed)
-    if target.suffix in protected or (target.suffix in allowed and target.exists()):
-        raise UsageError(f"refusing to overwrite {path}: choose a new file name")
+    check_output_path(path, allowed)
     try:
         target.write_text(text)
     except OSError as err:
@@ -90,10 +146,15 @@ def add_run(sub) -> None:
     add_program_args(p)
     p.add_argument("--backend", metavar="NAME",
                    help="backend to compile with (default: the registry's default)")
-    p.add_argument("--seed", type=int, default=0, metavar="INT",
-                   help="seed of the random inputs (default 0)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--seed", type=seed_arg, default=0, metavar="INT",
+                   help="seed of the random inputs, a non-negative integer (default 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print exactly one JSON object on stdout (the derivation and "
+                        "the generated source go into it)")
     add_rule_args(p)
+    p.add_argument("--trust-rules", action="store_true",
+                   help="skip the soundness check of the rules in --rules files (they "
+                        "are checked before use otherwise; results are cached)")
     p.add_argument("--explain", action="store_true",
                    help="print the derivation rule by rule, in the text form")
     p.add_argument("--verify-steps", action="store_true",
@@ -113,9 +174,12 @@ def add_rule_args(p: argparse.ArgumentParser) -> None:
                    help="rule file(s) to fuse with instead of the default rule set")
     p.add_argument("--without-rule", action="append", metavar="NAME", default=[],
                    help="leave a rule out (repeatable), e.g. for ablations")
-    p.add_argument("--max-steps", type=int, metavar="INT", help="limit on rule applications")
-    p.add_argument("--max-seconds", type=float, metavar="S", help="time limit of the fusion")
-    p.add_argument("--max-nodes", type=int, metavar="INT", help="limit on expression nodes")
+    p.add_argument("--max-steps", type=positive_int_arg, metavar="INT",
+                   help="limit on rule applications of the whole fusion")
+    p.add_argument("--max-seconds", type=seconds_arg, metavar="S",
+                   help="time limit of the whole fusion")
+    p.add_argument("--max-nodes", type=positive_int_arg, metavar="INT",
+                   help="limit on expression nodes")
 
 
 def load_rule_args(args: argparse.Namespace):
@@ -130,19 +194,49 @@ def load_rule_args(args: argparse.Namespace):
     rules = rules.without(*args.without_rule)
     limits = {k: v for k, v in (("max_steps", args.max_steps), ("max_seconds", args.max_seconds),
                                 ("max_nodes", args.max_nodes)) if v is not None}
-    for key, value in limits.items():
-        if value <= 0:
-            raise UsageError(f"--{key.replace('_', '-')} must be positive, got {value}")
     return rules, Limits(**limits)
+
+
+def check_user_rules(rules, as_json: bool = False) -> int | None:
+    """``run --rules``: the soundness check of the user's own rules, before they are
+    used (cached). None when all are sound; else the report is printed and the exit
+    status returned."""
+    from .rulecheck import check_user_rules as check
+    findings, _cached = check(rules)
+    unsound = [f for f in findings if not f["sound"]]
+    if not unsound:
+        return None
+    for f in unsound:
+        print(f"{f['location']}: {f['rule']}: UNSOUND ({f['trials']} trials)\n"
+              f"    {f['detail']}", file=sys.stderr)
+    names = ", ".join(f["rule"] for f in unsound)
+    if as_json:
+        print_json({"error": f"unsound rules in --rules: {names}", "unsound_rules": unsound})
+        return EXIT_VALIDATION_FAILED
+    print(f"error: {len(unsound)} rule{'s' if len(unsound) > 1 else ''} of --rules "
+          f"{'are' if len(unsound) > 1 else 'is'} unsound ({names}); fix "
+          f"{'them' if len(unsound) > 1 else 'it'}, or pass --trust-rules to use "
+          f"{'them' if len(unsound) > 1 else 'it'} anyway", file=sys.stderr)
+    return EXIT_VALIDATION_FAILED
 
 
 def _verify_small_copy(args, rules, limits) -> int:
     """--verify-steps: fuse a small ragged copy of the workload, checking every step."""
     import blockbuster
+    from .frontend.workloads import WORKLOADS
     from .rewrite.verify_steps import StepVerifier, small_sizes
     full = build_program(args)
     sizes, blocks = small_sizes(full)
-    small = blockbuster.workload(args.workload, blocks=blocks, **sizes)
+    own = WORKLOADS[args.workload].dims        # not the dimensions a workload derives
+    params = {d: v for d, v in parse_assignments(args.size, "--size").items() if d not in own}
+    try:
+        small = blockbuster.workload(args.workload, **params,
+                                     blocks={d: b for d, b in blocks.items() if d in own},
+                                     **{d: n for d, n in sizes.items() if d in own})
+    except UsageError:      # small sizes break a constraint (llama: an even head size)
+        from .memcheck import check_fits_memory
+        check_fits_memory(full)     # the interpreter will hold the user's sizes
+        small = full
     verifier = StepVerifier(small, seed=args.seed)
     blockbuster.fuse(small, rules=rules, limits=limits, step_check=verifier)
     return verifier.checked
@@ -150,11 +244,25 @@ def _verify_small_copy(args, rules, limits) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_report, run_workload
+    # Everything that can be refused is refused before any work starts.
+    if args.dot:
+        check_output_path(args.dot, flag="--dot")
+    if args.emit_source not in (None, "-"):
+        check_output_path(args.emit_source, allowed=(".py",), flag="--emit-source")
+    sizes = parse_assignments(args.size, "--size")
+    blocks = parse_assignments(args.block, "--block")
     rules, limits = load_rule_args(args)
+    if args.rules and not args.trust_rules:
+        verdict = check_user_rules(rules, as_json=args.json)
+        if verdict is not None:
+            return verdict
     checked = _verify_small_copy(args, rules, limits) if args.verify_steps else None
+    extra: dict = {}         # --json: text that would otherwise be printed
 
     def on_fused(fusion):
-        if args.explain:
+        if args.explain and args.json:
+            extra["derivation"] = fusion.derivation()
+        elif args.explain:
             print(fusion.derivation())
             print()
         if args.dot:
@@ -169,20 +277,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         if source is None:
             raise UsageError("--emit-source: this backend does not generate source "
                              "(try --backend numba)")
-        if args.emit_source == "-":
+        if args.emit_source == "-" and args.json:
+            extra["source"] = source
+        elif args.emit_source == "-":
             print(source)
         else:
             write_new_file(args.emit_source, source, allowed=(".py",))
 
-    report = run_workload(args.workload, sizes=parse_assignments(args.size, "--size"),
-                          blocks=parse_assignments(args.block, "--block"),
+    report = run_workload(args.workload, sizes=sizes, blocks=blocks,
                           backend=args.backend, seed=args.seed, rules=rules, limits=limits,
                           on_fused=on_fused, progress=False if args.json else None,
                           on_compiled=on_compiled)
     if checked is not None:
         report["verified_steps"] = checked
     if args.json:
-        print_json(report)
+        print_json({**report, **extra})
     else:
         print(format_report(report))
     if not report["validation"]["passed"]:
@@ -288,9 +397,9 @@ def add_rules(sub) -> None:
     check = rsub.add_parser("check", help="parse, statically check and verify the soundness "
                                           "of every rule (exit 1 if one is unsound)")
     check.add_argument("files", nargs="+", metavar="FILE")
-    check.add_argument("--trials", type=int, default=4, metavar="INT",
+    check.add_argument("--trials", type=positive_int_arg, default=4, metavar="INT",
                        help="well-typed instantiations tried per rule (default 4)")
-    check.add_argument("--seed", type=int, default=0, metavar="INT")
+    check.add_argument("--seed", type=seed_arg, default=0, metavar="INT")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(func=cmd_rules_check)
     lst = rsub.add_parser("list", help="list rules, their locations and phases")
@@ -301,9 +410,7 @@ def add_rules(sub) -> None:
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
     from .dsl.loader import load_rules
-    from .rewrite.soundness import check_rules
-    if args.trials < 1:
-        raise UsageError(f"--trials must be positive, got {args.trials}")
+    from .rulecheck import check_rules
     rules = load_rules(*args.files)
     findings = check_rules(rules, trials=args.trials, seed=args.seed)
     unsound = [f for f in findings if not f.sound]
@@ -342,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Block-level AI operator fusion: build, fuse, cost, compile and "
                     "validate block programs.")
     parser.add_argument("--version", action="version", version=f"blockbuster {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in COMMANDS:
         add(sub)
@@ -349,7 +458,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(message: str) -> str:
-    return " ".join(message.split("\n"))
+    return " ".join(message.split())
+
+
+def _silence_stdout() -> None:
+    """stdout's reader is gone: point the descriptor at /dev/null so the interpreter's
+    final flush does not complain about the broken pipe a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass      # no real descriptor (captured in-process): nothing will flush to it
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -357,12 +476,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     on malformed arguments)."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()          # a closed pipe shows here, inside the handlers
+        return status
     except SourceError as err:
         print(err.render(), file=sys.stderr)
-        return err.exit_code
+        return _json_error(args, err.headline(), err.exit_code)
     except BlockbusterError as err:
         print(f"error: {_one_line(str(err))}", file=sys.stderr)
-        return err.exit_code
+        return _json_error(args, _one_line(str(err)), err.exit_code)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except Exception as err:            # a bug, not a user mistake: one line and a hint
+        if args.debug:
+            raise
+        detail = _one_line(str(err))
+        detail = detail if len(detail) <= 200 else detail[:197] + "..."
+        message = f"internal error: {type(err).__name__}{': ' + detail if detail else ''}"
+        print(f"{message}; please report it (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return _json_error(args, message, EXIT_INTERNAL)
+
+
+def _json_error(args: argparse.Namespace, message: str, status: int) -> int:
+    """With ``--json`` stdout always carries one JSON object, an error's too."""
+    if getattr(args, "json", False):
+        try:
+            print_json({"error": message, "exit_status": status})
+        except BrokenPipeError:
+            _silence_stdout()
+    return status

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 
 class BlockbusterError(Exception):
-    """Base class of errors caused by user input."""
+    """Base class of errors caused by user input (exit status 2 unless a subclass says
+    otherwise; the CLI's exit status 3 is reserved for internal errors, i.e. bugs)."""
 
     exit_code = 2
 
@@ -51,6 +52,22 @@ class SourceError(BlockbusterError):
         """The headline, the offending line and a caret under the column."""
         out = [self.headline()]
         if self.excerpt is not None and self.line:
-            out.append("    " + self.excerpt.rstrip("\n"))
-            out.append("    " + " " * max(self.column - 1, 0) + "^")
+            text, caret = _clip(self.excerpt.rstrip("\n"), max(self.column - 1, 0))
+            out.append("    " + text)
+            out.append("    " + " " * caret + "^")
         return "\n".join(out)
+
+
+def _clip(line: str, col: int, width: int = 100) -> tuple[str, int]:
+    """A window of a long source line around ``col`` (marked with "..."), and the
+    caret's position in it: a deeply nested one-line term stays readable."""
+    if len(line) <= width:
+        return line, col
+    start = max(0, min(col - width // 2, len(line) - width))
+    text = line[start:start + width]
+    caret = col - start
+    if start > 0:
+        text, caret = "..." + text, caret + 3
+    if start + width < len(line):
+        text += "..."
+    return text, caret

@@ -15,6 +15,7 @@ from typing import Any
 import blockbuster
 
 from .ir.program import Program
+from .memcheck import check_fits_memory
 
 
 def global_intermediates(program: Program) -> list[str]:
@@ -67,6 +68,7 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
         return result
 
     program = timed("build", blockbuster.workload, name, blocks=blocks, **(sizes or {}))
+    check_fits_memory(program)      # before anything is allocated
     fusion = timed("fuse", blockbuster.fuse, program, rules=rules, limits=limits,
                    hardware=hardware, step_check=step_check, progress=progress)
     fused = fusion.program

@@ -79,8 +79,17 @@ class CompiledProgram:
             if arr.shape != expected:
                 raise BackendError(f"input '{name}' has shape {arr.shape}, but program "
                                    f"{p.name} declares {declared} with shape {expected}")
-            checked[name] = arr
+            checked[name] = _owned_layout(arr)
         return checked
+
+
+def _owned_layout(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous, writeable array with ``arr``'s values. Compiled kernels are
+    specialised on layout and writeability (Numba rejects a read-only array outright);
+    a copy is made only when the caller's array is read-only or not C-contiguous."""
+    if arr.flags.c_contiguous and arr.flags.writeable:
+        return arr
+    return np.array(arr, order="C", copy=True)
 
 
 @attrs.frozen(kw_only=True, eq=False)

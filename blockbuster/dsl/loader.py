@@ -2,9 +2,11 @@
 
 Every mistake is a :class:`SourceError` located at ``FILE:LINE:COL``: syntax errors,
 unknown operators, combiners, guards or actions, wrong argument counts, a
-right-hand side using a variable its pattern does not bind, duplicate rule or phase
-names, a phase naming an unknown rule, a schedule naming an unknown phase, a missing
-included file, a file that is not text.
+right-hand side using a variable its pattern does not bind, a name used as two kinds
+of thing (a range or loop variable used as a value), ``runmax(k)`` outside a binder
+over ``k``, duplicate rule or phase names, a phase naming an unknown rule, a rule in
+no phase (when the files declare phases), a schedule naming an unknown phase, a
+missing included file, a file that is not text, terms nested too deeply.
 """
 
 from __future__ import annotations
@@ -54,13 +56,29 @@ class _PatternBuilder(TermBuilder):
         self.ranges: set[str] = set()
         self.refs: list[tuple[str, object]] = []
         self.subranged: list = []             # range tokens used as R[lo : hi]
+        self.uses: list[tuple[str, str, object]] = []   # (kind, name, token), in order
+        self.scope: list[str] = []            # loop variables of the enclosing binders
 
     def resolve_ref(self, name, node):
         if name in self.withs:
             return self.withs[name]
         self.names.add(name)
         self.refs.append((name, node))
+        self.uses.append(("value", name, node))
         return E.Expr("pvar", (), name)
+
+    def check_kinds(self, bound_kinds: dict[str, str] | None = None) -> dict[str, str]:
+        """Each name is one kind of thing (a value, a loop variable or a range), the
+        same on both sides of the rule; returns name -> kind."""
+        kinds = dict(bound_kinds or {})
+        words = {"value": "a pattern variable (a value)", "var": "a loop variable",
+                 "range": "a range"}
+        for kind, name, tok in self.uses:
+            first = kinds.setdefault(name, kind)
+            if first != kind:
+                raise self.error(tok, f"'{name}' is {words[first]}, used here as "
+                                      f"{words[kind]}")
+        return kinds
 
     def build(self, tree):
         if tree.data == "load":
@@ -71,6 +89,11 @@ class _PatternBuilder(TermBuilder):
     def build_call(self, tree, name, args):
         if name == "runmax" and len(args) == 1 and args[0].data == "ref":
             var = str(args[0].children[0])
+            if var not in self.scope:
+                raise self.error(args[0].children[0], f"runmax({var}) outside a binder "
+                                 f"over '{var}': it is the running max of the enclosing "
+                                 f"online_softmax({var} in ...)")
+            self.uses.append(("var", var, args[0].children[0]))
             if self.lhs:
                 self.binder_vars.add(var)
             else:
@@ -101,7 +124,13 @@ class _PatternBuilder(TermBuilder):
         else:
             self.refs.append((str(var), var))
             self.refs.append((str(rng.children[0]), rng.children[0]))
-        return super().build_binder(tree)
+        self.uses.append(("var", str(var), var))
+        self.uses.append(("range", str(rng.children[0]), rng.children[0]))
+        self.scope.append(str(var))
+        try:
+            return super().build_binder(tree)
+        finally:
+            self.scope.pop()
 
 
 def _check_vocabulary(table, unknown_word, word, tok, args, text, filename) -> None:
@@ -126,6 +155,7 @@ class RuleFileLoader:
         self.files: list[str] = []
         self._loaded: set[Path] = set()
         self._phase_refs: list[tuple] = []     # guards naming a phase, checked at the end
+        self._rule_toks: dict[str, tuple] = {}  # rule -> (name token, text, file), for errors
 
     # -- files -----------------------------------------------------------------
     def load_file(self, path: Path, display: str | None = None) -> None:
@@ -135,6 +165,8 @@ class RuleFileLoader:
         if resolved in self._loaded:
             return                      # included twice (or a cycle): load once
         self._loaded.add(resolved)
+        if path.is_dir():
+            raise SourceError(f"{display} is a directory, not a rule file", display)
         if not path.is_file():
             raise SourceError(f"no such rule file: {display}", display)
         text = read_text(path)
@@ -173,6 +205,7 @@ class RuleFileLoader:
         else:
             rule = self._action_rule(name, loc, body, guard, text, filename, rule_text)
         self.rules[name] = rule
+        self._rule_toks[name] = (name_tok, text, filename)
 
     def _rewrite_rule(self, name, loc, body, guard, text, filename, rule_text):
         lhs_tree, rhs_tree, *with_trees = body.children
@@ -181,6 +214,7 @@ class RuleFileLoader:
                                      "variable", text, filename)
         lhs_b = _PatternBuilder(text, filename)
         lhs = lhs_b.build(lhs_tree)
+        kinds = lhs_b.check_kinds()
         bound = lhs_b.names | lhs_b.binder_vars | lhs_b.ranges
         withs: dict = {}
         rhs_b = _PatternBuilder(text, filename, withs, lhs=False)
@@ -194,6 +228,7 @@ class RuleFileLoader:
             if ref not in bound and ref not in withs:
                 raise error_at(node, f"right-hand side uses '{ref}', which the pattern does "
                                      "not bind", text, filename)
+        rhs_b.check_kinds(kinds)
         guards = self._guards(guard, text, filename,
                               {"expr": lhs_b.names, "var": lhs_b.binder_vars,
                                "range": lhs_b.ranges})
@@ -273,6 +308,13 @@ class RuleFileLoader:
             if name not in known:
                 raise error_at(tok, f"guard names unknown phase '{name}'", text, filename)
         phases = tuple(self.phases)
+        in_phase = {r for p in phases for r in p.rules}
+        for name in self.rules:     # a rule in no phase would silently never run
+            if phases and name not in in_phase:
+                tok, text, filename = self._rule_toks[name]
+                raise error_at(tok, f"rule '{name}' is in no phase, so it would never run: "
+                                    "name it in a phase (and that phase in the schedule)",
+                               text, filename)
         if not phases:      # no phases: every rule in one phase, in file order
             phases = (Phase("all", tuple(self.rules), SourceLoc("<implicit>", 0, 0)),)
         schedule = self.schedule or tuple(p.name for p in phases)

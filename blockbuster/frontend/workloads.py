@@ -29,6 +29,9 @@ class Workload:
     # Integer parameters that are not dimensions (head counts, layers): given like
     # sizes, passed to ``build`` with them, never blocked.
     params: dict[str, int] = attrs.field(factory=dict)
+    # Largest accepted value of a parameter: each layer or head is program structure
+    # (kernels, arrays) built eagerly, so an unbounded count grows memory without end.
+    param_max: dict[str, int] = attrs.field(factory=dict)
 
 
 def _sizes(w: Workload, sizes: dict, blocks: dict) -> tuple[dict, dict]:
@@ -41,6 +44,9 @@ def _sizes(w: Workload, sizes: dict, blocks: dict) -> tuple[dict, dict]:
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             kind = "parameter" if d in w.params and d not in blocks else "dimension"
             raise UsageError(f"{kind} {d}: sizes must be positive integers, got {v!r}")
+        if d in w.param_max and d not in blocks and v > w.param_max[d]:
+            raise UsageError(f"parameter {d}: at most {w.param_max[d]} for workload "
+                             f"{w.name}, got {v}")
     full = dict(w.dims)
     for d, src in w.derived.items():
         if d not in sizes and src in sizes:
@@ -136,7 +142,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("llama_block", "Llama decoder layers (NH=4 KVH=2 layers=1): u = X + causal "
              "RoPE GQA attention(RMSNorm(X)), Y = u + SwiGLU(RMSNorm(u))",
              {"T": 64, "E": 64, "F": 128}, {"T": 16, "E": 32, "F": 32}, _llama_block,
-             params={"NH": 4, "KVH": 2, "layers": 1}),
+             params={"NH": 4, "KVH": 2, "layers": 1},
+             param_max={"NH": 1024, "KVH": 1024, "layers": 64}),
 )}
 
 

@@ -44,7 +44,30 @@ def _line(text: str, line: int) -> str:
     return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
+#: Deepest nesting of a parse tree (terms inside terms, index arithmetic, ...). The
+#: builders, the verifier and the interpreters recurse on terms; a deeper text is a
+#: located error rather than a RecursionError. Real programs nest about 25 levels.
+MAX_NESTING = 100
+
+
 def parse(text: str, start: str, filename: str) -> lark.Tree:
+    tree = _parse(text, start, filename)
+    _check_nesting(tree, text, filename)
+    return tree
+
+
+def _check_nesting(tree: lark.Tree, text: str, filename: str) -> None:
+    stack = [(tree, 1)]
+    while stack:                       # iterative: the tree may be arbitrarily deep
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise error_at(node, f"nested deeper than {MAX_NESTING} levels (the limit for "
+                                 "rule and program texts)",
+                           text, filename)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+
+
+def _parse(text: str, start: str, filename: str) -> lark.Tree:
     try:
         return parser().parse(text, start=start)
     except lark.exceptions.UnexpectedCharacters as err:

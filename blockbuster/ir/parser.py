@@ -8,6 +8,7 @@ import lark
 
 from ..errors import SourceError
 from . import expr as E
+from .depth import MAX_DEPTH, expr_depth
 from .grammar import error_at, parse
 from .index import IBin, IConst, IVar
 from .ops import check_arity
@@ -108,6 +109,14 @@ class _ProgramBuilder(TermBuilder):
     def __init__(self, text, filename):
         super().__init__(text, filename)
         self.lets: dict[str, E.Expr] = {}
+        self._depths: dict = {}
+
+    def bounded(self, node, value: E.Expr) -> E.Expr:
+        """``value``, unless let bindings chained it deeper than :data:`MAX_DEPTH`."""
+        if expr_depth(value, self._depths) > MAX_DEPTH:
+            raise self.error(node, f"expression nested deeper than {MAX_DEPTH} levels "
+                                   "(through its let bindings)")
+        return value
 
     def resolve_ref(self, name, node):
         if name in self.lets:
@@ -151,12 +160,12 @@ class _ProgramBuilder(TermBuilder):
                 let_name, value = item.children
                 if str(let_name) in self.lets:
                     raise self.error(item, f"let '{let_name}' is bound twice")
-                self.lets[str(let_name)] = self.build(value)
+                self.lets[str(let_name)] = self.bounded(item, self.build(value))
             else:
                 array, *subs, value = item.children
                 index = tuple(None if _is_colon(sub.children[0]) else build_index(sub.children[0])
                               for sub in subs)
-                stores.append(Store(str(array), index, self.build(value)))
+                stores.append(Store(str(array), index, self.bounded(item, self.build(value))))
         return Kernel(str(name), tuple(loops), tuple(stores))
 
 

@@ -4,19 +4,25 @@ A run applies the schedule's phases in order. Within a phase it repeatedly takes
 the first applicable rule application — kernels in program order, nodes children
 first, rules in phase order — applies it, and records a :class:`Step`, until
 nothing applies (``saturated``) or a limit stops it (``step_limit``, ``node_limit``,
-``time_limit``). The engine knows nothing about workloads: what fuses is decided
-entirely by the rule files.
+``depth_limit``, ``time_limit``). A step that would grow the program past the node or
+depth limit is not applied: the result always stays within the limits, so a rule
+that grows terms forever ends with a stop reason, never a RecursionError downstream.
+Several runs (candidate selection) can share one :class:`Budget` so the step and
+time limits hold for a whole fusion. The engine knows nothing about workloads: what
+fuses is decided entirely by the rule files.
 """
 
 from __future__ import annotations
 
+import numbers
 import time
 from typing import Callable
 
 import attrs
 
 from ..dsl.ast import RuleDef, RuleSet
-from ..errors import BlockbusterError, IRError
+from ..errors import BlockbusterError, IRError, UsageError
+from ..ir.depth import MAX_DEPTH
 from ..ir.expr import Expr
 from ..ir.program import Program
 from ..ir.verify import verify
@@ -25,18 +31,50 @@ from .guards import RuleContext, guards_hold
 from .matcher import compile_pattern, instantiate
 
 
+def _positive(kind, zero_ok: bool = False):
+    """A limit must be a finite number above zero (NaN would mean "no limit")."""
+    def check(instance, attribute, value):
+        ok = (not isinstance(value, bool) and isinstance(value, kind)
+              and (value >= 0 if zero_ok else value > 0) and value < float("inf"))
+        if not ok:      # also false for NaN
+            raise UsageError(f"Limits.{attribute.name} must be a "
+                             f"{'non-negative' if zero_ok else 'positive'} finite number, "
+                             f"got {value!r}")
+    return check
+
+
 @attrs.frozen
 class Limits:
-    max_steps: int = 10_000
-    max_nodes: int = 500_000
-    max_seconds: float = 120.0
+    max_steps: int = attrs.field(default=50_000, validator=_positive(numbers.Integral))
+    max_nodes: int = attrs.field(default=500_000, validator=_positive(numbers.Integral))
+    max_seconds: float = attrs.field(default=120.0, validator=_positive(numbers.Real, True))
+    max_depth: int = attrs.field(default=MAX_DEPTH, validator=_positive(numbers.Integral))
+
+
+class Budget:
+    """The step count and deadline left to a whole fusion, shared by its engine runs."""
+
+    def __init__(self, limits: Limits):
+        self.steps_left = limits.max_steps
+        self.deadline = time.perf_counter() + limits.max_seconds
+        self.exhausted: str | None = None     # the stop reason once spent
+
+    def check(self) -> str | None:
+        if self.steps_left <= 0:
+            self.exhausted = "step_limit"
+        elif time.perf_counter() > self.deadline:
+            self.exhausted = "time_limit"
+        return self.exhausted
 
 
 STOP_MESSAGES = {
     "saturated": "no rule applies any more",
     "step_limit": "stopped after the maximum number of rule applications; the rule set "
                   "may not terminate on its own (e.g. a commutativity rule)",
-    "node_limit": "stopped because the program grew past the node limit",
+    "node_limit": "stopped because the next step would grow the program past the node "
+                  "limit",
+    "depth_limit": "stopped because the next step would nest an expression deeper than "
+                   "the depth limit (a rule that grows terms?)",
     "time_limit": "stopped at the time limit",
 }
 
@@ -136,9 +174,11 @@ class CompiledRules:
 
 class Engine:
     def __init__(self, rules: RuleSet, limits: Limits | None = None, hardware=None,
-                 step_check: Callable[[Step], None] | None = None, use_index: bool = True):
+                 step_check: Callable[[Step], None] | None = None, use_index: bool = True,
+                 budget: Budget | None = None):
         self.compiled = CompiledRules(rules)
         self.limits = limits or Limits()
+        self.budget = budget            # shared with other runs; None: one per run
         self.hardware = hardware
         self.step_check = step_check
         self.use_index = use_index
@@ -188,7 +228,11 @@ class Engine:
         if hit is None:
             rules = self.compiled.rules
             only = RuleSet(rules.rules, rules.phases, (phase,), rules.files)
-            hit = Engine(only, self.limits, self.hardware).run(program).program
+            # Its own step count (lookahead steps are not applied) but the same deadline.
+            budget = Budget(self.limits)
+            if self.budget is not None:
+                budget.deadline = self.budget.deadline
+            hit = Engine(only, self.limits, self.hardware, budget=budget).run(program).program
             self._lookahead[key] = hit
         return hit
 
@@ -198,15 +242,14 @@ class Engine:
         original = program
         trace: list[Step] = []
         limits = self.limits
+        budget = self.budget if self.budget is not None else Budget(limits)
+        depths: dict = {}
         stop = "saturated"
         for phase in self.compiled.rules.schedule:
             index, actions = self.compiled.by_phase[phase]
             while True:
-                if len(trace) >= limits.max_steps:
-                    stop = "step_limit"
-                    break
-                if time.perf_counter() - start > limits.max_seconds:
-                    stop = "time_limit"
+                if budget.check():
+                    stop = budget.exhausted
                     break
                 found = self._first_rewrite(program, index)
                 if found is not None:
@@ -220,16 +263,18 @@ class Engine:
                     rule, app = found
                     new_program = app.build()
                     kernel_name, before, after = app.kernel, app.before, app.after
+                grown = _over_limits(new_program, limits, depths)
+                if grown:
+                    stop = grown
+                    break
                 self._check(rule, new_program)
                 step = Step(len(trace) + 1, phase, rule.name, str(rule.loc), kernel_name,
                             before, after, program, new_program)
                 trace.append(step)
+                budget.steps_left -= 1
                 if self.step_check is not None:
                     self.step_check(step)
                 program = new_program
-                if _node_count(program) > limits.max_nodes:
-                    stop = "node_limit"
-                    break
             if stop != "saturated":
                 break
         return FusionResult(program, tuple(trace), stop, time.perf_counter() - start, original)
@@ -253,17 +298,24 @@ def _once(build: Callable[[], Program]) -> Callable[[], Program]:
     return get
 
 
-def _node_count(program: Program) -> int:
+def _over_limits(program: Program, limits: Limits, depths: dict) -> str | None:
+    """``node_limit``/``depth_limit`` if ``program`` exceeds one, else None. ``depths``
+    memoises node depths across the steps of a run (nodes are hash-consed)."""
     seen: set = set()
     for e in program.exprs():
-        seen.update(e.walk())
-    return len(seen)
+        for node in e.walk():       # children first, without recursion
+            seen.add(node)
+            if node not in depths:
+                depths[node] = 1 + max((depths[a] for a in node.args), default=0)
+            if depths[node] > limits.max_depth:
+                return "depth_limit"
+    return "node_limit" if len(seen) > limits.max_nodes else None
 
 
 def fuse(program: Program, rules: RuleSet | None = None, limits: Limits | None = None,
-         hardware=None, step_check=None) -> FusionResult:
+         hardware=None, step_check=None, budget: Budget | None = None) -> FusionResult:
     """Fuse ``program`` with a rule set (default: the shipped default rules)."""
     if rules is None:
         from ..dsl.loader import default_rules
         rules = default_rules()
-    return Engine(rules, limits, hardware, step_check).run(program)
+    return Engine(rules, limits, hardware, step_check, budget=budget).run(program)

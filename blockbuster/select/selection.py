@@ -20,7 +20,7 @@ import attrs
 from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Program
-from ..rewrite.engine import Engine, FusionResult, Limits
+from ..rewrite.engine import Budget, Engine, FusionResult, Limits
 from .extract import canonical, connected, rename, segment_program
 
 DEFAULT_MAX_KERNELS = 14
@@ -62,12 +62,16 @@ class Selector:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.cache: dict[Program, _Fused] = {}
         self.fusions = 0
+        self.budget: Budget | None = None   # --max-steps/--max-seconds for the whole fusion
 
     def _fuse(self, candidate: Program) -> tuple[Program, _Fused]:
         canon, arrays_back, kernels_back = canonical(candidate)
         hit = self.cache.get(canon)
+        if hit is None and self.budget is not None and self.budget.check():
+            # The whole fusion's steps or seconds are spent: the rest stays unfused.
+            return candidate, _Fused(canon, {}, (), self.budget.exhausted)
         if hit is None:
-            result = Engine(self.rules, self.limits, self.hardware).run(canon)
+            result = Engine(self.rules, self.limits, self.hardware, budget=self.budget).run(canon)
             self.fusions += 1
             hit = _Fused(result.program, result.rule_counts(), result.trace, result.stop_reason)
             self.cache[canon] = hit
@@ -79,6 +83,7 @@ class Selector:
 
     def select(self, program: Program) -> FusionResult:
         start_time = time.perf_counter()
+        self.budget = Budget(self.limits)
         n = len(program.kernels)
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
                  if j - i == 1 or connected(program, i, j)]
@@ -110,7 +115,8 @@ class Selector:
         pieces.reverse()
         return FusionResult(_assemble(program, [p for p, _ in pieces]),
                             tuple(s for _, info in pieces for s in info.steps),
-                            _worst_stop(info.stop_reason for _, info in pieces),
+                            self.budget.exhausted
+                            or _worst_stop(info.stop_reason for _, info in pieces),
                             time.perf_counter() - start_time, program,
                             tuple(p for p, _ in pieces))
 

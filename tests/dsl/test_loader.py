@@ -58,9 +58,21 @@ def test_include_cycle_loads_each_file_once(tmp_path):
 
 def test_shipped_rule_sets_can_be_included_by_name(tmp_path):
     f = tmp_path / "mine.bbr"
-    f.write_text('include "default.bbr"\nrule extra: neg(neg(x)) => x\n')
+    f.write_text('include "default.bbr"\nrule extra: neg(neg(x)) => x\n'
+                 'phase mine: extra\nschedule: fuse, mine\n')
     rs = load_rules(f)
     assert "inline_intermediate" in rs.rules and "extra" in rs.rules
+    assert rs.schedule == ("fuse", "mine")
+
+
+def test_a_rule_in_no_phase_is_an_error_not_silently_ignored(tmp_path):
+    # After an include that declares phases, a rule nobody puts in a phase never runs.
+    f = tmp_path / "mine.bbr"
+    f.write_text('include "default.bbr"\n\nrule extra: neg(neg(x)) => x\n')
+    with pytest.raises(SourceError) as info:
+        load_rules(f)
+    assert info.value.line == 3 and info.value.column == 6
+    assert "rule 'extra' is in no phase" in str(info.value)
 
 
 def test_missing_file_is_a_source_error(tmp_path):

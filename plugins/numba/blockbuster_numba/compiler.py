@@ -146,10 +146,17 @@ class CompiledModule:
         return sorted(pycache.glob(f"{self.path.stem}.*.nb*")) if pycache.exists() else []
 
     def __call__(self, inputs) -> dict:
-        arrays = {name: np.ascontiguousarray(inputs[name], dtype=self.dtype)
+        arrays = {name: _kernel_array(inputs[name], self.dtype)
                   for name in self.program.inputs}
         with _blas_controller().limit(limits=1, user_api="blas"):
             return self.module.run(arrays)
+
+
+def _kernel_array(value, dtype: np.dtype) -> np.ndarray:
+    """C-contiguous and writeable, of the kernels' dtype: Numba's compiled signatures
+    reject read-only arrays (a raw TypeError), so those are copied too."""
+    arr = np.ascontiguousarray(value, dtype=dtype)
+    return arr if arr.flags.writeable else arr.copy()
 
 
 def compile_module(program, dtype=np.float32, threads: int | None = None,

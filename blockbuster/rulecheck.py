@@ -1,0 +1,79 @@
+"""Checking rule files before they are trusted: the CLI's one door to the rule checkers.
+
+``blockbuster rules check`` and ``blockbuster run --rules FILE`` reach the soundness
+(and, once it lands there, stability) checker only through this module, so moving the
+checker is a one-line import change. ``run --rules`` checks only the rules the user
+wrote — the shipped rule sets are checked by the test suite — and caches the verdict
+on disk, keyed by the content of every loaded rule file, the checker's own source and
+the trial settings: a rule file is checked once, not on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .dsl.ast import RuleDef, RuleSet
+from .dsl.loader import shipped_rulesets_dir
+# The checker (moving to blockbuster.checks.soundness): change this one import.
+from .rewrite import soundness as _checker
+
+Finding = _checker.Finding
+
+
+def check_rules(rules: RuleSet, trials: int = 4, seed: int = 0) -> list:
+    """A Finding per rule of ``rules`` (``rules check``)."""
+    return _checker.check_rules(rules, trials=trials, seed=seed)
+
+
+def user_rules(rules: RuleSet) -> list[RuleDef]:
+    """The rules not defined in a shipped rule set."""
+    shipped = shipped_rulesets_dir().resolve()
+    return [r for r in rules.rules.values() if Path(r.loc.file).resolve().parent != shipped]
+
+
+def cache_dir() -> Path:
+    """``$BLOCKBUSTER_CACHE/rulecheck``, else ``~/.cache/blockbuster/rulecheck`` (the
+    Numba plugin's cache root)."""
+    root = os.environ.get("BLOCKBUSTER_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "blockbuster"
+    return base / "rulecheck"
+
+
+def _cache_key(rules: RuleSet, trials: int, seed: int) -> str:
+    h = hashlib.sha256()
+    parts = [Path(_checker.__file__).read_bytes(), f"{trials}/{seed}".encode()]
+    parts += [Path(f).read_bytes() for f in sorted(set(rules.files)) if Path(f).is_file()]
+    parts += [r.text.encode() for r in rules.rules.values()]   # rules loaded from text
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:32]
+
+
+def check_user_rules(rules: RuleSet, trials: int = 4, seed: int = 0,
+                     directory: Path | None = None) -> tuple[list[dict], bool]:
+    """Findings (as dicts: rule, location, sound, trials, detail) for the user's rules
+    of ``rules``, and whether they came from the cache."""
+    path = (directory or cache_dir()) / f"{_cache_key(rules, trials, seed)}.json"
+    try:
+        return json.loads(path.read_text()), True
+    except (OSError, ValueError):
+        pass
+    programs = None
+    findings = []
+    for rule in user_rules(rules):
+        if rule.kind != "rewrite" and programs is None:
+            programs = _checker.check_programs()
+        f = _checker.check_rule(rule, trials, seed, programs, rules)
+        findings.append({"rule": f.rule, "location": f.location, "sound": bool(f.sound),
+                         "trials": f.trials, "detail": f.detail})
+    try:                        # a cache that cannot be written only costs time
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(findings))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return findings, False

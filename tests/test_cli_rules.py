@@ -1,0 +1,103 @@
+"""`run --rules FILE` checks the user's own rules before trusting them: an unsound
+rule is refused with exit status 1 and its report (FILE:LINE:COL), unless
+--trust-rules; only the user's rules are checked, and the verdict is cached by the
+files' content."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import blockbuster
+from blockbuster import cli, rulecheck
+
+SMALL = ["--size", "N=40", "--size", "D=8", "--backend", "reference"]
+PHASES = "schedule: fuse, mine, algebra, safety, merge, cancel, hold, interchange, prepare\n"
+SOUND = 'include "default.bbr"\nrule mul_one: mul(a, 1.0) => a\nphase mine: mul_one\n' + PHASES
+UNSOUND = ('include "default.bbr"\nrule mul_one: mul(a, 1.0) => a\n'
+           "rule exp_split: exp(add(a, b)) => add(exp(a), exp(b))\n"
+           "phase mine: mul_one, exp_split\n" + PHASES)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """The names of the rules the checker is asked about."""
+    names: list[str] = []
+    real = rulecheck._checker.check_rule
+
+    def spy(rule, *args, **kwargs):
+        names.append(rule.name)
+        return real(rule, *args, **kwargs)
+    monkeypatch.setattr(rulecheck._checker, "check_rule", spy)
+    return names
+
+
+def write(tmp_path, text, name="mine.bbr"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_an_unsound_user_rule_is_refused_with_its_report(tmp_path, capsys, monkeypatch):
+    path = write(tmp_path, UNSOUND)
+    monkeypatch.setattr(blockbuster, "fuse", lambda *a, **k: pytest.fail("fused anyway"))
+    assert cli.main(["run", "attention", *SMALL, "--rules", path]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert lines[0].startswith(f"{path}:3:6: exp_split: UNSOUND")
+    assert "counterexample" in lines[1]
+    assert lines[-1] == ("error: 1 rule of --rules is unsound (exp_split); fix it, or pass "
+                         "--trust-rules to use it anyway")
+    assert "Traceback" not in err
+
+
+def test_the_refusal_is_one_json_object_with_json(tmp_path, capsys):
+    assert cli.main(["run", "attention", *SMALL, "--rules", write(tmp_path, UNSOUND),
+                     "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [f["rule"] for f in report["unsound_rules"]] == ["exp_split"]
+    assert report["unsound_rules"][0]["location"].endswith("mine.bbr:3:6")
+
+
+def test_trust_rules_skips_the_check(tmp_path, capsys, checked):
+    status = cli.main(["run", "attention", *SMALL, "--rules", write(tmp_path, UNSOUND),
+                       "--trust-rules", "--json"])
+    assert checked == []
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0 and report["validation"]["passed"]
+
+
+def test_only_the_users_rules_are_checked_and_the_verdict_is_cached(tmp_path, capsys,
+                                                                     checked):
+    path = write(tmp_path, SOUND)
+    assert cli.main(["run", "attention", *SMALL, "--rules", path, "--json"]) == 0
+    assert checked == ["mul_one"]             # not the ~20 included default rules
+    assert list((tmp_path / "cache" / "rulecheck").glob("*.json"))
+    assert cli.main(["run", "attention", *SMALL, "--rules", path, "--json"]) == 0
+    assert checked == ["mul_one"]             # cached: not checked again
+    # A changed file is a new verdict.
+    write(tmp_path, SOUND.replace("mul(a, 1.0) => a", "mul(1.0, a) => a"))
+    assert cli.main(["run", "attention", *SMALL, "--rules", path, "--json"]) == 0
+    assert checked == ["mul_one", "mul_one"]
+    capsys.readouterr()
+
+
+def test_the_default_rules_are_not_checked_on_every_run(capsys, checked):
+    assert cli.main(["run", "attention", *SMALL, "--json"]) == 0
+    assert checked == []
+    capsys.readouterr()
+
+
+def test_rules_check_still_checks_every_rule_of_a_file(tmp_path, capsys):
+    path = write(tmp_path, "rule bad: exp(add(a, b)) => add(exp(a), exp(b))\n"
+                           "rule good: neg(neg(x)) => x\n")
+    assert cli.main(["rules", "check", path]) == 1
+    out = capsys.readouterr().out
+    assert "bad: UNSOUND" in out and "good: ok" in out and out.endswith("1 sound, 1 unsound\n")
