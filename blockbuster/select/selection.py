@@ -81,9 +81,9 @@ class Selector:
         """The cost model's objective (a piece that does not fit is never chosen)."""
         return cost(program, self.hardware).objective
 
-    def select(self, program: Program) -> FusionResult:
+    def select(self, program: Program, budget: Budget | None = None) -> FusionResult:
         start_time = time.perf_counter()
-        self.budget = Budget(self.limits)
+        self.budget = budget or Budget(self.limits)
         n = len(program.kernels)
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
                  if j - i == 1 or connected(program, i, j)]
@@ -177,10 +177,12 @@ def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
     whole-program fusion costs more (e.g. a producer inlined into several consumers
     recomputes it), selection keeps only the pieces whose fusion pays."""
     if len(program.kernels) <= max_kernels or step_check is not None:
-        whole = Engine(rules, limits, hardware, step_check).run(program)
+        budget = Budget(limits or Limits())     # shared: limits bound the whole fusion
+        whole = Engine(rules, limits, hardware, step_check, budget=budget).run(program)
         if step_check is not None or _not_worse(whole.program, program, hardware):
             return whole
-        selected = Selector(rules, hardware, limits, max_kernels, progress).select(program)
+        selected = Selector(rules, hardware, limits, max_kernels, progress).select(
+            program, budget)
         return attrs.evolve(selected, fallback=(
             "fusing the whole program did not pay (cost-model objective or per-call bytes "
             "grew): kept only the pieces whose fusion pays"))
