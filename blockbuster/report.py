@@ -26,9 +26,14 @@ def global_intermediates(program: Program) -> list[str]:
 
 
 def _program_summary(program: Program, cost) -> dict[str, Any]:
+    from .ir.prep import weight_derived_kernels
+    prep = len(weight_derived_kernels(program))
     return {
         "kernels": len(program.kernels),
+        "kernels_per_call": len(program.kernels) - prep,
+        "weight_prep_kernels": prep,     # run once per binding of the weights
         "global_bytes": cost.global_bytes,
+        "per_call_bytes": cost.per_call_bytes,
         "intermediates": global_intermediates(program),
         "flops": cost.flops,
         "time_estimate": cost.time_estimate,
@@ -133,7 +138,9 @@ def format_report(r: dict[str, Any]) -> str:
     lines = [
         f"workload        {r['workload']}  {sizes}  (blocks {blocks})",
         f"backend         {r['backend']}",
-        f"kernels         {before['kernels']} -> {after['kernels']}",
+        f"kernels         {before['kernels']} -> {after['kernels_per_call']} per call"
+        + (f" + {after['weight_prep_kernels']} weight preparation (once per binding)"
+           if after["weight_prep_kernels"] else ""),
         f"global traffic  {format_bytes(before['global_bytes'])} -> "
         f"{format_bytes(after['global_bytes'])}  "
         f"(compulsory {format_bytes(r['compulsory_bytes'])})",

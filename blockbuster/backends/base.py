@@ -33,6 +33,9 @@ class CompiledProgram:
     backend: str
     run: Runner = attrs.field(repr=False)
     compile_seconds: float = 0.0
+    # The backend's compiler for a part of the program (weight preparation and the
+    # per-call rest), used by ``bind``.
+    compile_part: Callable[[Program], Runner] | None = attrs.field(default=None, repr=False)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -54,6 +57,39 @@ class CompiledProgram:
                 raise BackendError(f"backend '{self.backend}' did not compute output "
                                    f"'{name}' of program {self.program.name}")
         return {name: results[name] for name in self.program.outputs}
+
+    def bind(self, arrays: Mapping[str, Any] | None = None, /, **weights) -> "BoundProgram":
+        """Bind the program's weights once: the weight-preparation kernels run now,
+        once, and the returned callable takes only the other inputs.
+
+        Contract: the weights are copied when bound. Changing the caller's arrays
+        afterwards does not change the bound program; call ``bind`` again with the new
+        weights (that reruns the preparation)."""
+        given = dict(arrays or {})
+        given.update(weights)
+        p = self.program
+        missing = [w for w in p.weights if w not in given]
+        extra = [n for n in given if n not in p.weights]
+        if extra:
+            raise BackendError(f"bind takes the weights of program {p.name} "
+                               f"({', '.join(p.weights) or 'none'}), not: {', '.join(extra)}")
+        if missing:
+            raise BackendError(f"bind: missing weight '{missing[0]}' of program {p.name}")
+        if self.compile_part is None:
+            raise BackendError(f"backend '{self.backend}' cannot compile parts of a program")
+        from ..ir.prep import split_weight_prep
+        split = split_weight_prep(p)
+        bound = {n: np.array(given[n], copy=True) for n in p.weights}   # the snapshot
+        prepared: Arrays = {}
+        if split.prep is not None:
+            prep = CompiledProgram(program=split.prep, backend=self.backend,
+                                   run=self.compile_part(split.prep))
+            prepared = dict(prep({n: bound[n] for n in split.prep.inputs}))
+        per_call = CompiledProgram(program=split.per_call, backend=self.backend,
+                                   run=self.compile_part(split.per_call))
+        fixed = {n: v for n, v in {**bound, **prepared}.items() if n in split.per_call.inputs}
+        return BoundProgram(per_call, fixed, len(split.prep.kernels) if split.prep else 0,
+                            p.weights)
 
     def check_inputs(self, given: Mapping[str, Any]) -> Arrays:
         """The caller's arrays as NumPy arrays, or a BackendError naming the first problem."""
@@ -81,6 +117,38 @@ class CompiledProgram:
                                    f"{p.name} declares {declared} with shape {expected}")
             checked[name] = _owned_layout(arr)
         return checked
+
+
+@attrs.frozen(eq=False)
+class BoundProgram:
+    """A compiled program with its weights bound (``CompiledProgram.bind``): call it
+    with the other inputs; weight preparation already ran, once."""
+
+    per_call: CompiledProgram
+    fixed: Arrays = attrs.field(repr=False)     # bound weights and prepared arrays
+    weight_prep_kernels: int = 0
+    weights: tuple[str, ...] = ()               # the names bound
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """What a call takes: the program's inputs that are not weights."""
+        return tuple(n for n in self.per_call.inputs if n not in self.fixed)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.per_call.outputs
+
+    @property
+    def kernels_per_call(self) -> int:
+        return len(self.per_call.program.kernels)
+
+    def __call__(self, arrays: Mapping[str, Any] | None = None, /, **kwargs) -> Arrays:
+        given = dict(arrays or {})
+        given.update(kwargs)
+        for name in given:
+            if name in self.fixed or name in self.weights:
+                raise BackendError(f"'{name}' is bound; call bind() again to change it")
+        return self.per_call({**given, **self.fixed})
 
 
 def _owned_layout(arr: np.ndarray) -> np.ndarray:
@@ -111,4 +179,5 @@ class Backend:
         verify(program)  # backends may assume a well-formed program
         run = self.compile_fn(program, **options)
         return CompiledProgram(program=program, backend=self.name, run=run,
-                               compile_seconds=time.perf_counter() - start)
+                               compile_seconds=time.perf_counter() - start,
+                               compile_part=lambda part: self.compile_fn(part, **options))

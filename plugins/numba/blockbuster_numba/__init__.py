@@ -55,7 +55,8 @@ class NumbaBackend(Backend):
             compile_seconds=time.perf_counter() - start,
             source=module.source, source_path=str(module.path),
             codegen_seconds=module.codegen_seconds, jit_seconds=module.jit_seconds,
-            cache_hits=module.cache_hits, cache_misses=module.cache_misses)
+            cache_hits=module.cache_hits, cache_misses=module.cache_misses,
+            compile_part=lambda part: compile_module(part, **options))
 
 
 def compile_program(program: Program, **options):

@@ -1,0 +1,76 @@
+"""Weight preparation runs once per binding (``CompiledProgram.bind``), not per call;
+bound weights are a snapshot (the documented contract)."""
+
+import numpy as np
+import pytest
+
+import blockbuster as bb
+from blockbuster.backends.base import Backend
+from blockbuster.backends.reference import compile_program
+from blockbuster.backends.registry import backend_names
+from blockbuster.errors import BackendError
+
+
+def _fused_ffn():
+    program = bb.workload("rmsnorm_ffn_swiglu", M=21, D=50, H=45)
+    return bb.fuse(program).program
+
+
+def _inputs(program, seed=0):
+    rng = np.random.default_rng(seed)
+    return {n: rng.standard_normal(program.shape(n)).astype(np.float32) for n in program.inputs}
+
+
+def _counting_backend(runs):
+    def compile_fn(program, **options):
+        run = compile_program(program)
+
+        def counted(arrays):
+            runs.append(program.name)
+            return run(arrays)
+        return counted
+    return Backend(name="counting", description="reference, counting runs", compile_fn=compile_fn)
+
+
+def test_preparation_runs_once_per_binding():
+    program = _fused_ffn()
+    assert any(k.reads() <= set(program.weights) for k in program.kernels)   # has prep
+    runs = []
+    compiled = bb.compile(program, backend=_counting_backend(runs))
+    x = _inputs(program)
+    weights = {n: x[n] for n in program.weights}
+    bound = compiled.bind(**weights)
+    assert runs == [f"{program.name}_prep"]
+    outs = [bound(X=x["X"]) for _ in range(3)]
+    assert runs == [f"{program.name}_prep"] + [program.name] * 3
+    assert bound.weight_prep_kernels >= 1
+    assert bound.kernels_per_call == len(program.kernels) - bound.weight_prep_kernels
+    expected = bb.compile(program)(**x)["Y"]
+    for out in outs:
+        np.testing.assert_array_equal(out["Y"], expected)
+
+
+@pytest.mark.parametrize("backend", backend_names())
+def test_bound_weights_are_a_snapshot(backend):
+    program = _fused_ffn()
+    x = _inputs(program)
+    weights = {n: x[n].copy() for n in program.weights}
+    bound = bb.compile(program, backend=backend).bind(**weights)
+    before = bound(X=x["X"])["Y"]
+    weights["W2"] *= 2.0                     # mutating the caller's array ...
+    np.testing.assert_array_equal(bound(X=x["X"])["Y"], before)     # ... changes nothing
+    rebound = bb.compile(program, backend=backend).bind(**weights)
+    np.testing.assert_allclose(rebound(X=x["X"])["Y"], 2.0 * before, rtol=1e-5, atol=1e-5)
+
+
+def test_bind_errors_are_one_line():
+    program = _fused_ffn()
+    compiled = bb.compile(program)
+    x = _inputs(program)
+    with pytest.raises(BackendError, match="missing weight"):
+        compiled.bind(W1=x["W1"])
+    with pytest.raises(BackendError, match="not: X"):
+        compiled.bind(**{n: x[n] for n in program.weights}, X=x["X"])
+    bound = compiled.bind(**{n: x[n] for n in program.weights})
+    with pytest.raises(BackendError, match="is bound"):
+        bound(X=x["X"], W1=x["W1"])
