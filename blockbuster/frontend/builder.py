@@ -84,8 +84,24 @@ class GraphBuilder:
         return f"{prefix}{self._counter}"
 
     @staticmethod
-    def _var(dim: str) -> str:
-        return dim.lower()
+    def _var(dim: str, taken=()) -> str:
+        """A binder name for ``dim`` (its lower-case name) not in ``taken``: a kernel's
+        loops and the binders inside it never share a name, so no binder shadows
+        another (``X[N, M] @ W[M, M]`` sums over ``m2``, not over the loop's ``m``)."""
+        base = dim.lower()
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}{n}"
+        return name
+
+    @classmethod
+    def _distinct(cls, *bases: str) -> tuple[str, ...]:
+        """One binder name per base, all different (see ``_var``)."""
+        names: list[str] = []
+        for b in bases:
+            names.append(cls._var(b, names))
+        return tuple(names)
 
     def _load(self, t: Tensor, *vars_: str) -> Expr:
         return E.load(t.name, *vars_)
@@ -95,7 +111,7 @@ class GraphBuilder:
         out = Tensor(name or self._fresh(op), dims)
         if out.name in self.arrays:
             raise IRError(f"array {out.name} is defined twice")
-        vars_ = tuple(self._var(d) for d in dims)
+        vars_ = self._distinct(*dims)
         value = value_of(*vars_)
         self.kernels.append(Kernel(out.name, tuple(zip(vars_, dims)),
                                    (Store(out.name, tuple(IVar(v) for v in vars_), value),)))
@@ -109,9 +125,8 @@ class GraphBuilder:
         (m, k), (kb, n) = a.dims, (b.dims[::-1] if transpose_b else b.dims)
         if k != kb:
             raise IRError(f"matmul {a.name} x {b.name}: contracts {k} with {kb}")
-        kv = self._var(k)
-
         def value(i, j):
+            kv = self._var(k, (i, j))
             rhs = (E.call("transpose", self._load(b, j, kv)) if transpose_b
                    else self._load(b, kv, j))
             return E.reduce("sum", kv, k, E.call("dot", self._load(a, i, kv), rhs))
@@ -142,19 +157,37 @@ class GraphBuilder:
                    name: str | None = None) -> Tensor:
         """Reduce each row over the last dimension: ``sum``/``max`` (optionally a mean)."""
         rows, cols = a.dims
-        cv = self._var(cols)
         block_op = {"sum": "rowsum", "max": "rowmax"}[combiner]
 
         def value(i):
+            cv = self._var(cols, (i,))
             total = E.reduce(combiner, cv, cols, E.call(block_op, self._load(a, i, cv)))
             return E.call("mul", total, E.const(1.0 / self.dims[cols].size)) if mean else total
         return self._emit("mean" if mean else f"row{combiner}", (rows,), value, name)
+
+    def col_reduce(self, combiner: str, a: Tensor, *, mean: bool = False,
+                   name: str | None = None) -> Tensor:
+        """Reduce each column over the first dimension: ``sum``/``max`` (or a mean)."""
+        rows, cols = a.dims
+        block_op = {"sum": "colsum", "max": "colmax"}[combiner]
+
+        def value(j):
+            rv = self._var(rows, (j,))
+            total = E.reduce(combiner, rv, rows, E.call(block_op, self._load(a, rv, j)))
+            return E.call("mul", total, E.const(1.0 / self.dims[rows].size)) if mean else total
+        return self._emit("colmean" if mean else f"col{combiner}", (cols,), value, name)
 
     # -- composites (several kernels each) -------------------------------------
     def softmax(self, x: Tensor) -> Tensor:
         m = self.row_reduce("max", x)
         e = self.unary("exp", self.binary("sub", x, m))
         return self.binary("div", e, self.row_reduce("sum", e))
+
+    def log_softmax(self, x: Tensor) -> Tensor:
+        """``x - max - log(sum(exp(x - max)))`` per row."""
+        shifted = self.binary("sub", x, self.row_reduce("max", x))
+        total = self.row_reduce("sum", self.unary("exp", shifted))
+        return self.binary("sub", shifted, self.unary("log", total))
 
     def layer_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Tensor:
         centred = self.binary("sub", x, self.row_reduce("sum", x, mean=True))
@@ -226,7 +259,7 @@ class GraphBuilder:
             raise IRError(f"rope {x.name}: tables {cos.name}{list(cos.dims)} and "
                           f"{sin.name}{list(sin.dims)} do not match {list(x.dims)}")
         self._head_dims(f"rope {x.name}", cols, heads, hd)
-        h, t, d = self._var(heads), self._var(rows), self._var(hd)
+        h, t, d = self._distinct(heads, rows, hd)
         xh = E.call("relabel", E.pos(hd, d), E.load(x.name, t, self._head_block(h, 1)))
         value = E.call("add", E.call("mul", xh, E.load(cos.name, t, d)),
                        E.call("mul", E.call("rotate_half", xh), E.load(sin.name, t, d)))
@@ -252,8 +285,7 @@ class GraphBuilder:
         if not self.dims[heads].point or nh % nkv:
             raise IRError(f"attention: {nh} query heads cannot share {nkv} key/value heads")
         group = nh // nkv
-        h, e = self._var(heads), self._var(hd)
-        i, j = "i", "j"
+        h, i, j, e = self._distinct(heads, "i", "j", hd)
         hij = ((h, heads), (i, rows), (j, rows))
         hi = ((h, heads), (i, rows))
         kv = self._head_block(h, group)
@@ -288,7 +320,7 @@ class GraphBuilder:
         heads, rows, hd = o.dims
         cols, n = w.dims
         self._head_dims(f"matmul {o.name} x {w.name}", cols, heads, hd)
-        h, t, c = self._var(heads), self._var(rows), self._var(n)
+        t, c, h = self._distinct(rows, n, heads)
         blk = self._head_block(h, 1)
         value = E.reduce("sum", h, heads, E.call(
             "dot", E.call("relabel", E.pos(cols, blk), E.load(o.name, h, t, 0)),
