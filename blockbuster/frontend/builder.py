@@ -135,19 +135,26 @@ class GraphBuilder:
     def unary(self, op: str, a: Tensor, name: str | None = None) -> Tensor:
         return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v)), name)
 
-    def binary(self, op: str, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
-        """Elementwise ``op`` with broadcasting of a scalar or per-row/column vector."""
+    def binary(self, op: str, a: Tensor, b: Tensor | float, name: str | None = None,
+               along: str | None = None) -> Tensor:
+        """Elementwise ``op`` with broadcasting of a scalar or per-row/column vector.
+
+        A vector over a dimension that both rows and columns of ``a`` run over (a square
+        ``X[M, M]``) is ambiguous: ``along="rows"`` (one value per row, the default) or
+        ``along="cols"`` (one value per column, e.g. a norm's gain) says which."""
         if not isinstance(b, Tensor):
             return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v),
                                                             E.const(b)), name)
         if a.dims == b.dims:
             return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v),
                                                             self._load(b, *v)), name)
+        if along not in (None, "rows", "cols"):
+            raise UsageError(f"{op}: along must be 'rows' or 'cols', got {along!r}")
         if len(a.dims) == 2 and len(b.dims) == 1 and op in _ROW:
-            if b.dims[0] == a.dims[0]:
+            if b.dims[0] == a.dims[0] and along != "cols":
                 return self._emit(op, a.dims, lambda i, j: _ROW[op](self._load(b, i),
                                                                    self._load(a, i, j)), name)
-            if b.dims[0] == a.dims[1]:
+            if b.dims[0] == a.dims[1] and along != "rows":
                 return self._emit(op, a.dims, lambda i, j: _COL[op](self._load(b, j),
                                                                    self._load(a, i, j)), name)
         raise IRError(f"{op}: cannot broadcast {b.name}{list(b.dims)} against "
@@ -194,12 +201,14 @@ class GraphBuilder:
         var = self.row_reduce("sum", self.unary("square", centred), mean=True)
         rstd = self.unary("rsqrt", self.binary("add", var, eps))
         normed = self.binary("mul", centred, rstd)
-        return self.binary("add", self.binary("mul", normed, gamma), beta)
+        # gamma and beta are per column (also when X is square: along="cols")
+        return self.binary("add", self.binary("mul", normed, gamma, along="cols"), beta,
+                           along="cols")
 
     def rms_norm(self, x: Tensor, g: Tensor, eps: float) -> Tensor:
         ms = self.row_reduce("sum", self.unary("square", x), mean=True)
         rinv = self.unary("rsqrt", self.binary("add", ms, eps))
-        return self.binary("mul", self.binary("mul", x, rinv), g)
+        return self.binary("mul", self.binary("mul", x, rinv), g, along="cols")
 
     # -- heads (multi-head attention) -------------------------------------------
     # A projection's columns are tiled by a dimension whose *block* is the head size
