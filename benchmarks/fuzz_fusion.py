@@ -490,6 +490,9 @@ def fuzz(programs: int, backends: list[str], seed: int, max_ops: int = 10,
         if outcome.fuse_seconds is not None:
             report.fuse_seconds.append(outcome.fuse_seconds)
         for f in outcome.failures:
+            if f.cls not in report.first and progress:
+                print(f"  first {f.cls}: program seed {pseed}, {f.backend}, {f.scale}: "
+                      f"{f.detail}", flush=True)
             report.first.setdefault(f.cls, (pseed, spec, f))
         for cls in outcome.classes():
             report.counts[cls] += 1
