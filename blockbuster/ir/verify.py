@@ -3,8 +3,9 @@
 It checks names (dims, arrays, kernels), types (ranks, dimension agreement in
 ``dot`` and broadcasts, combiner arities), scopes (every block-index variable is
 bound by the kernel, a ``reduce`` or a ``map``; no binder reuses the name of a
-variable bound around it; ``runmax`` only inside its ``online_softmax``), stores (each block written exactly once) and the dataflow order
-(every array is produced by exactly one kernel, before it is read).
+variable bound around it; ``runmax`` only inside its ``online_softmax``), stores
+(each block written exactly once) and the dataflow order (every array is produced
+by exactly one kernel, before it is read).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from blockbuster.frontend.builder import GraphBuilder
 from conftest import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("fuzz_fusion", ROOT / "benchmarks" / "fuzz_fusion.py")
+_spec = importlib.util.spec_from_file_location("fuzz_fusion",
+                                               ROOT / "benchmarks" / "fuzz_fusion.py")
 fuzz_fusion = importlib.util.module_from_spec(_spec)
 sys.modules["fuzz_fusion"] = fuzz_fusion     # dataclasses look their module up
 _spec.loader.exec_module(fuzz_fusion)
