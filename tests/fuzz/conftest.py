@@ -1,11 +1,8 @@
-"""Shared helpers of the fuzz-found regression tests: every installed backend."""
+"""The ``backend`` fixture of the fuzz-found regression tests: every installed backend."""
 
 import pytest
 
-from blockbuster.backends.registry import list_backends
-
-#: Every backend that loads here (the reference one always; numba where installed).
-BACKENDS = [b.name for b in list_backends() if b.status == "ok"]
+from helpers_fuzz import BACKENDS
 
 
 @pytest.fixture(params=BACKENDS)

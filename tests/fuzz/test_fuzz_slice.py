@@ -16,7 +16,7 @@ import pytest
 
 from blockbuster.frontend.builder import GraphBuilder
 
-from conftest import BACKENDS
+from helpers_fuzz import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("fuzz_fusion",

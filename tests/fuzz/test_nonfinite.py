@@ -13,6 +13,8 @@ import pytest
 import blockbuster as bb
 from blockbuster.frontend.builder import GraphBuilder
 
+from helpers_fuzz import BACKENDS
+
 INF, NAN = np.inf, np.nan
 
 
@@ -91,7 +93,6 @@ def test_rmsnorm_of_inf_and_one_is_nan_and_zero(backend):
 @pytest.mark.parametrize("rows,cols,block", [(7, 5, 2)], ids=["ragged"])
 def test_fused_programs_agree_across_backends(rows, cols, block):
     """The same fused program gives the same NaN/inf pattern and numbers everywhere."""
-    from conftest import BACKENDS
     program, names = _program(rows, cols, block)
     fused = bb.fuse(program).program
     rng = np.random.default_rng(2)
