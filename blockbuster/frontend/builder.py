@@ -84,8 +84,24 @@ class GraphBuilder:
         return f"{prefix}{self._counter}"
 
     @staticmethod
-    def _var(dim: str) -> str:
-        return dim.lower()
+    def _var(dim: str, taken=()) -> str:
+        """A binder name for ``dim`` (its lower-case name) not in ``taken``: a kernel's
+        loops and the binders inside it never share a name, so no binder shadows
+        another (``X[N, M] @ W[M, M]`` sums over ``m2``, not over the loop's ``m``)."""
+        base = dim.lower()
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}{n}"
+        return name
+
+    @classmethod
+    def _distinct(cls, *bases: str) -> tuple[str, ...]:
+        """One binder name per base, all different (see ``_var``)."""
+        names: list[str] = []
+        for b in bases:
+            names.append(cls._var(b, names))
+        return tuple(names)
 
     def _load(self, t: Tensor, *vars_: str) -> Expr:
         return E.load(t.name, *vars_)
@@ -95,7 +111,7 @@ class GraphBuilder:
         out = Tensor(name or self._fresh(op), dims)
         if out.name in self.arrays:
             raise IRError(f"array {out.name} is defined twice")
-        vars_ = tuple(self._var(d) for d in dims)
+        vars_ = self._distinct(*dims)
         value = value_of(*vars_)
         self.kernels.append(Kernel(out.name, tuple(zip(vars_, dims)),
                                    (Store(out.name, tuple(IVar(v) for v in vars_), value),)))
@@ -109,9 +125,8 @@ class GraphBuilder:
         (m, k), (kb, n) = a.dims, (b.dims[::-1] if transpose_b else b.dims)
         if k != kb:
             raise IRError(f"matmul {a.name} x {b.name}: contracts {k} with {kb}")
-        kv = self._var(k)
-
         def value(i, j):
+            kv = self._var(k, (i, j))
             rhs = (E.call("transpose", self._load(b, j, kv)) if transpose_b
                    else self._load(b, kv, j))
             return E.reduce("sum", kv, k, E.call("dot", self._load(a, i, kv), rhs))
@@ -120,19 +135,26 @@ class GraphBuilder:
     def unary(self, op: str, a: Tensor, name: str | None = None) -> Tensor:
         return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v)), name)
 
-    def binary(self, op: str, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
-        """Elementwise ``op`` with broadcasting of a scalar or per-row/column vector."""
+    def binary(self, op: str, a: Tensor, b: Tensor | float, name: str | None = None,
+               along: str | None = None) -> Tensor:
+        """Elementwise ``op`` with broadcasting of a scalar or per-row/column vector.
+
+        A vector over a dimension that both rows and columns of ``a`` run over (a square
+        ``X[M, M]``) is ambiguous: ``along="rows"`` (one value per row, the default) or
+        ``along="cols"`` (one value per column, e.g. a norm's gain) says which."""
         if not isinstance(b, Tensor):
             return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v),
                                                             E.const(b)), name)
         if a.dims == b.dims:
             return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v),
                                                             self._load(b, *v)), name)
+        if along not in (None, "rows", "cols"):
+            raise UsageError(f"{op}: along must be 'rows' or 'cols', got {along!r}")
         if len(a.dims) == 2 and len(b.dims) == 1 and op in _ROW:
-            if b.dims[0] == a.dims[0]:
+            if b.dims[0] == a.dims[0] and along != "cols":
                 return self._emit(op, a.dims, lambda i, j: _ROW[op](self._load(b, i),
                                                                    self._load(a, i, j)), name)
-            if b.dims[0] == a.dims[1]:
+            if b.dims[0] == a.dims[1] and along != "rows":
                 return self._emit(op, a.dims, lambda i, j: _COL[op](self._load(b, j),
                                                                    self._load(a, i, j)), name)
         raise IRError(f"{op}: cannot broadcast {b.name}{list(b.dims)} against "
@@ -142,13 +164,25 @@ class GraphBuilder:
                    name: str | None = None) -> Tensor:
         """Reduce each row over the last dimension: ``sum``/``max`` (optionally a mean)."""
         rows, cols = a.dims
-        cv = self._var(cols)
         block_op = {"sum": "rowsum", "max": "rowmax"}[combiner]
 
         def value(i):
+            cv = self._var(cols, (i,))
             total = E.reduce(combiner, cv, cols, E.call(block_op, self._load(a, i, cv)))
             return E.call("mul", total, E.const(1.0 / self.dims[cols].size)) if mean else total
         return self._emit("mean" if mean else f"row{combiner}", (rows,), value, name)
+
+    def col_reduce(self, combiner: str, a: Tensor, *, mean: bool = False,
+                   name: str | None = None) -> Tensor:
+        """Reduce each column over the first dimension: ``sum``/``max`` (or a mean)."""
+        rows, cols = a.dims
+        block_op = {"sum": "colsum", "max": "colmax"}[combiner]
+
+        def value(j):
+            rv = self._var(rows, (j,))
+            total = E.reduce(combiner, rv, rows, E.call(block_op, self._load(a, rv, j)))
+            return E.call("mul", total, E.const(1.0 / self.dims[rows].size)) if mean else total
+        return self._emit("colmean" if mean else f"col{combiner}", (cols,), value, name)
 
     # -- composites (several kernels each) -------------------------------------
     def softmax(self, x: Tensor) -> Tensor:
@@ -156,17 +190,25 @@ class GraphBuilder:
         e = self.unary("exp", self.binary("sub", x, m))
         return self.binary("div", e, self.row_reduce("sum", e))
 
+    def log_softmax(self, x: Tensor) -> Tensor:
+        """``x - max - log(sum(exp(x - max)))`` per row."""
+        shifted = self.binary("sub", x, self.row_reduce("max", x))
+        total = self.row_reduce("sum", self.unary("exp", shifted))
+        return self.binary("sub", shifted, self.unary("log", total))
+
     def layer_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Tensor:
         centred = self.binary("sub", x, self.row_reduce("sum", x, mean=True))
         var = self.row_reduce("sum", self.unary("square", centred), mean=True)
         rstd = self.unary("rsqrt", self.binary("add", var, eps))
         normed = self.binary("mul", centred, rstd)
-        return self.binary("add", self.binary("mul", normed, gamma), beta)
+        # gamma and beta are per column (also when X is square: along="cols")
+        return self.binary("add", self.binary("mul", normed, gamma, along="cols"), beta,
+                           along="cols")
 
     def rms_norm(self, x: Tensor, g: Tensor, eps: float) -> Tensor:
         ms = self.row_reduce("sum", self.unary("square", x), mean=True)
         rinv = self.unary("rsqrt", self.binary("add", ms, eps))
-        return self.binary("mul", self.binary("mul", x, rinv), g)
+        return self.binary("mul", self.binary("mul", x, rinv), g, along="cols")
 
     # -- heads (multi-head attention) -------------------------------------------
     # A projection's columns are tiled by a dimension whose *block* is the head size
@@ -226,7 +268,7 @@ class GraphBuilder:
             raise IRError(f"rope {x.name}: tables {cos.name}{list(cos.dims)} and "
                           f"{sin.name}{list(sin.dims)} do not match {list(x.dims)}")
         self._head_dims(f"rope {x.name}", cols, heads, hd)
-        h, t, d = self._var(heads), self._var(rows), self._var(hd)
+        h, t, d = self._distinct(heads, rows, hd)
         xh = E.call("relabel", E.pos(hd, d), E.load(x.name, t, self._head_block(h, 1)))
         value = E.call("add", E.call("mul", xh, E.load(cos.name, t, d)),
                        E.call("mul", E.call("rotate_half", xh), E.load(sin.name, t, d)))
@@ -252,8 +294,7 @@ class GraphBuilder:
         if not self.dims[heads].point or nh % nkv:
             raise IRError(f"attention: {nh} query heads cannot share {nkv} key/value heads")
         group = nh // nkv
-        h, e = self._var(heads), self._var(hd)
-        i, j = "i", "j"
+        h, i, j, e = self._distinct(heads, "i", "j", hd)
         hij = ((h, heads), (i, rows), (j, rows))
         hi = ((h, heads), (i, rows))
         kv = self._head_block(h, group)
@@ -288,7 +329,7 @@ class GraphBuilder:
         heads, rows, hd = o.dims
         cols, n = w.dims
         self._head_dims(f"matmul {o.name} x {w.name}", cols, heads, hd)
-        h, t, c = self._var(heads), self._var(rows), self._var(n)
+        t, c, h = self._distinct(rows, n, heads)
         blk = self._head_block(h, 1)
         value = E.reduce("sum", h, heads, E.call(
             "dot", E.call("relabel", E.pos(cols, blk), E.load(o.name, h, t, 0)),

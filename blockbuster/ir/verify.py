@@ -2,9 +2,10 @@
 
 It checks names (dims, arrays, kernels), types (ranks, dimension agreement in
 ``dot`` and broadcasts, combiner arities), scopes (every block-index variable is
-bound by the kernel, a ``reduce`` or a ``map``; ``runmax`` only inside its
-``online_softmax``), stores (each block written exactly once) and the dataflow order
-(every array is produced by exactly one kernel, before it is read).
+bound by the kernel, a ``reduce`` or a ``map``; no binder reuses the name of a
+variable bound around it; ``runmax`` only inside its ``online_softmax``), stores
+(each block written exactly once) and the dataflow order (every array is produced
+by exactly one kernel, before it is read).
 """
 
 from __future__ import annotations
@@ -155,8 +156,15 @@ class TypeChecker:
 _VERIFIED_KERNELS: set = set()
 
 
-def verify(program: Program) -> Program:
-    """Raise :class:`IRError` if the program is ill-formed; return it otherwise."""
+def verify(program: Program, allow_shadowing: bool = False) -> Program:
+    """Raise :class:`IRError` if the program is ill-formed; return it otherwise.
+
+    ``allow_shadowing`` is for the rewrite engine's intermediate programs only:
+    inlining a producer can put ``max(s in S: ...)`` inside a kernel that loops over
+    ``s``. That is well defined (lexical scope, capture-avoiding substitution) and the
+    rules need binders over the same range to keep one name, so the engine renames
+    such binders once, at the end (``rewrite.subst.unshadow_program``). Programs from
+    users, the builder and fusion results are checked strictly."""
     dims = program.dim_map
     if len(dims) != len(program.dims):
         raise IRError(f"program {program.name}: a dimension is declared twice")
@@ -191,10 +199,10 @@ def verify(program: Program) -> Program:
                 reason = (f"is produced later, by kernel '{later.name}'" if later
                           else "is never produced")
                 raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
-        key = (kernel, program.dims, program.arrays)
+        key = (kernel, program.dims, program.arrays, allow_shadowing)
         if key not in _VERIFIED_KERNELS:
             checker = checker or TypeChecker(program)
-            _verify_kernel(kernel, program, checker)
+            _verify_kernel(kernel, program, checker, allow_shadowing)
             if len(_VERIFIED_KERNELS) >= 20_000:
                 _VERIFIED_KERNELS.clear()
             _VERIFIED_KERNELS.add(key)
@@ -211,7 +219,8 @@ def verify(program: Program) -> Program:
     return program
 
 
-def _verify_kernel(kernel: Kernel, program: Program, checker: TypeChecker) -> None:
+def _verify_kernel(kernel: Kernel, program: Program, checker: TypeChecker,
+                   allow_shadowing: bool = False) -> None:
     dims = program.dim_map
     where = f"kernel '{kernel.name}'"
     if not kernel.loops:
@@ -233,6 +242,8 @@ def _verify_kernel(kernel: Kernel, program: Program, checker: TypeChecker) -> No
         if len(store.index) != len(array.dims):
             raise IRError(f"{swhere}: array has rank {len(array.dims)} but the store has "
                           f"{len(store.index)} subscripts")
+        if not allow_shadowing:
+            _check_no_shadowing(store.value, frozenset(scope), kernel.loop_vars, swhere)
         value_type = checker.type_of(store.value, scope, swhere)
         used = []
         for ix, d in zip(store.index, array.dims):
@@ -257,3 +268,26 @@ def _verify_kernel(kernel: Kernel, program: Program, checker: TypeChecker) -> No
         if value_type != expected:
             raise IRError(f"{swhere}: value has type {value_type} but the array's "
                           f"blocks are {expected}")
+
+
+def _check_no_shadowing(value: Expr, enclosing: frozenset, loop_vars, where: str) -> None:
+    """Reject a ``reduce``/``map`` whose variable is already bound around it.
+
+    Shadowing is not ill-typed, but it is never what a program means: in
+    ``for n in N, m in M: sum(m in M: dot(X[n, m], W[m, m]))`` the output column ``m``
+    silently disappears. Builders and rules generate fresh names instead."""
+    seen: set = set()
+    stack = [(value, enclosing)]
+    while stack:
+        node, bound = stack.pop()
+        if (node, bound) in seen:
+            continue
+        seen.add((node, bound))
+        if node.op in ("reduce", "map"):
+            var = node.attr.var
+            if var in bound:
+                what = "loop variable" if var in loop_vars else "binder"
+                raise IRError(f"{where}: '{var}' in `{_snippet(node)}` shadows the enclosing "
+                              f"{what} '{var}' (give the inner binder a fresh name)")
+            bound = bound | {var}
+        stack.extend((child, bound) for child in node.args if child.args)

@@ -27,6 +27,7 @@ from ..ir.expr import Expr
 from ..ir.program import Program
 from ..ir.verify import verify
 from .actions import ACTION_IMPLS, _replace_in_kernel
+from .subst import unshadow_program
 from .guards import RuleContext, guards_hold
 from .matcher import compile_pattern, instantiate
 
@@ -277,12 +278,14 @@ class Engine:
                 program = new_program
             if stop != "saturated":
                 break
+        # Steps may shadow a binder (see ``verify``); the result has one name per scope.
+        program = unshadow_program(program)
         return FusionResult(program, tuple(trace), stop, time.perf_counter() - start, original)
 
     @staticmethod
     def _check(rule: RuleDef, program: Program) -> None:
         try:
-            verify(program)
+            verify(program, allow_shadowing=True)
         except IRError as err:
             raise RuleError(f"{rule.loc}: rule '{rule.name}' produced an ill-formed "
                             f"program: {err}") from None

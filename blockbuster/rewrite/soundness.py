@@ -284,7 +284,7 @@ def _check_action(rule: RuleDef, programs: Iterable[Program], fuse_rules: RuleSe
             before = run_program(state, inputs, dtype=np.float64)
             for app in itertools.islice(ACTION_IMPLS[rule.action](state), 4):
                 try:
-                    after_program = verify(app.build())
+                    after_program = verify(app.build(), allow_shadowing=True)  # as the engine does
                 except IRError as err:
                     return Finding(rule.name, str(rule.loc), False, tried + 1,
                                    f"produced an ill-formed program from {program.name}: {err}")

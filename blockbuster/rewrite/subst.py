@@ -1,8 +1,11 @@
 """Substitution on expressions: replacing block-index variables (inlining a producer
 at the consumer's subscripts) and replacing sub-expressions (applying a rewrite).
 
-Binders (``reduce``, ``map``) may shadow outer variables; substitution is
+Binders (``reduce``, ``map``) may shadow outer variables while the engine rewrites
+(rules match reductions over one range by one binder name); substitution is
 capture-avoiding: a binder whose variable occurs in a replacement is renamed first.
+``unshadow_program`` renames the shadowing binders of a finished fusion, so what
+leaves the engine has one name per variable in scope (the verifier's strict rule).
 """
 
 from __future__ import annotations
@@ -88,3 +91,53 @@ def replace_nodes(root: Expr, mapping: Mapping[Expr, Expr]) -> Expr:
     return go(root)
 
 
+
+
+def unshadow(e: Expr, bound: frozenset[str]) -> Expr:
+    """``e`` (evaluated where ``bound`` variables are in scope) with every binder that
+    reuses a name bound around it renamed to a fresh one: same meaning, no shadowing."""
+    memo: dict[tuple, Expr] = {}
+
+    def go(n: Expr, outer: frozenset) -> Expr:
+        if not n.args:
+            return n
+        key = (n, outer)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        attr, args = n.attr, n.args
+        if n.op in ("reduce", "map"):
+            var = attr.var
+            if var in outer:
+                new_var = _fresh(var.rstrip("0123456789") or var,
+                                 set(outer) | _binders(n) | set(n.free_vars))
+                args = tuple(substitute_index(a, {var: IVar(new_var)}) for a in args)
+                attr = attrs.evolve(attr, var=new_var)
+                var = new_var
+            inner = outer | {var}
+        else:
+            inner = outer
+        new_args = tuple(go(a, inner) for a in args)
+        out = (n if new_args == n.args and attr is n.attr
+               else Expr(n.op, new_args, attr))
+        memo[key] = out
+        return out
+
+    return go(e, frozenset(bound))
+
+
+def _binders(e: Expr) -> set[str]:
+    return {n.attr.var for n in e.walk() if n.op in ("reduce", "map")}
+
+
+def unshadow_program(program):
+    """``program`` with the shadowing binders of every kernel renamed (``unshadow``)."""
+    kernels = []
+    for k in program.kernels:
+        stores = tuple(attrs.evolve(s, value=unshadow(s.value, frozenset(k.loop_vars)))
+                       for s in k.stores)
+        changed = any(a.value is not b.value for a, b in zip(stores, k.stores))
+        kernels.append(attrs.evolve(k, stores=stores) if changed else k)
+    if all(a is b for a, b in zip(kernels, program.kernels)):
+        return program
+    return program.evolve(kernels=tuple(kernels))

@@ -342,7 +342,7 @@ class ModuleGenerator:
             "NEG_INF = DT(-np.inf)",
             *self.const_lines,
             "FASTMATH = {" + ", ".join(repr(f) for f in sorted(FASTMATH))
-            + "}  # no nnan/ninf: -inf must stay -inf",
+            + "}  # IEEE otherwise: see blockbuster_numba.runtime.FASTMATH",
             "",
             "",
             "@njit(inline=\"always\", fastmath=FASTMATH, error_model=\"numpy\")",

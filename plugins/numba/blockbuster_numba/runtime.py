@@ -19,10 +19,16 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-#: Fast-math flags of every generated function. ``nnan`` and ``ninf`` stay off: the
-#: online softmax and ``keep_ge`` masks rely on -inf behaving as IEEE says
-#: (exp(-inf) = 0, max(-inf, x) = x); reassociation lets reductions vectorise.
-FASTMATH = frozenset({"contract", "reassoc", "arcp", "nsz"})
+#: Fast-math flags of every generated function: reassociation lets reductions
+#: vectorise; nothing else, so results follow IEEE as NumPy's do (README, "Non-finite
+#: values and fast math"). ``nnan``/``ninf`` stay off: the online softmax and
+#: ``keep_ge`` masks rely on -inf (exp(-inf) = 0, max(-inf, x) = x) and non-finite
+#: inputs must propagate. ``contract`` stays off: ``fma(x, x, -mean)`` is not 0 where
+#: ``x*x - mean`` is, and ``rsqrt(eps)`` amplifies it (a LayerNorm of one column gave
+#: 0.95 instead of 1). ``arcp``/``afn`` stay off: LLVM turns ``1/sqrt(y)`` into an
+#: rsqrt estimate whose Newton step computes ``inf*0 = nan`` for y = inf. Measured
+#: cost of dropping contract and arcp: none above noise (benchmarks/bench_numba.py).
+FASTMATH = frozenset({"reassoc", "nsz"})
 
 #: The exp polynomial must not be reassociated: Cody-Waite range reduction relies on
 #: the order of ``x - k*C1 - k*C2``. Only fused multiply-adds are allowed in it.
