@@ -67,14 +67,10 @@ def test_no_wrong_numbers(report):
     _none(report, "wrong")
 
 
-@pytest.mark.xfail(strict=True, reason="lead: the exp_rowshift split overflows at x100 "
-                   "inputs (issue 15 item 2); remove this mark with that fix")
 def test_fusion_introduces_no_nan_or_inf(report):
     _none(report, "nonfinite")
 
 
-@pytest.mark.xfail(strict=True, reason="lead: inlining a producer with several consumers "
-                   "can add traffic (issue 15 item 4); remove this mark with that fix")
 def test_fusion_never_adds_traffic(report):
     _none(report, "bytes")
 
