@@ -3,13 +3,12 @@ the ``blockbuster.backends`` entry-point group, so a new plugin gets the whole s
 registering. A registered backend that fails to load fails the suite (the fixture
 raises); none is skipped."""
 
-import textwrap
-
 import numpy as np
 import pytest
 
 from blockbuster.backends.registry import backend_names, get_backend
-from blockbuster.ir.parser import parse_program
+
+from helpers_conformance import program
 
 BACKENDS = backend_names()
 
@@ -17,10 +16,6 @@ BACKENDS = backend_names()
 @pytest.fixture(scope="session", params=BACKENDS)
 def backend(request):
     return get_backend(request.param)   # BackendError for a broken plugin: a failure
-
-
-def program(text: str):
-    return parse_program(textwrap.dedent(text).strip() + "\n")
 
 
 @pytest.fixture
