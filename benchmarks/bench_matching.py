@@ -5,7 +5,9 @@ index: 500+ synthetic rules against a program of thousands of expression nodes.
 
 Prints, for both strategies, the matcher calls, the time of one full scan (every node
 against every candidate rule, as the engine does when nothing applies) and the
-throughput, then the speedup of the index measured in the same run.
+throughput, then the speedup of the index measured in the same run. A few planted
+rules do match: both strategies must find exactly the same (rule, node) matches, or
+the benchmark fails (an index that skips candidates would otherwise look fast).
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ def synthetic_rules(n: int, rng: random.Random) -> str:
         var = next(v for v in "abc" if re.search(rf"\b{v}\b", lhs))
         # A right-hand side that never equals a real node: the scan never stops early.
         lines.append(f"rule r{i}: {lhs} => neg(neg(neg(neg(neg(neg(neg({var})))))))")
+    # Rules that match many nodes of the program (the scan records and passes them).
+    for i, lhs in enumerate(PLANTED):
+        lines.append(f"rule planted{i}: {lhs} => neg(neg(neg(neg(neg(neg(neg(a)))))))")
     return "\n".join(lines) + "\n"
+
+
+PLANTED = ["exp(a)", "add(a, b)", "mul(a, neg(b))", "max(square(a), b)", "tanh(tanh(a))"]
 
 
 def synthetic_program(nodes: int, rng: random.Random) -> Program:
@@ -69,19 +77,24 @@ def synthetic_program(nodes: int, rng: random.Random) -> Program:
     return Program("synthetic", dims, arrays, ("A", "B"), ("C",), (kernel,))
 
 
-def scan(engine: Engine, program: Program) -> tuple[float, int]:
-    """One full scan; returns (seconds, matcher calls)."""
+def scan(engine: Engine, program: Program) -> tuple[float, int, set]:
+    """One full scan; returns (seconds, matcher calls, the (rule, node) pairs that
+    matched). A match is recorded and reported as a failure, so the scan goes on over
+    every node, as it does when nothing applies."""
     calls = 0
+    matched: set = set()
     for name, fn in list(engine.compiled.matchers.items()):
-        def counted(node, b, fn=fn):
+        def counted(node, b, fn=fn, name=name):
             nonlocal calls
             calls += 1
-            return fn(node, b)
+            if fn(node, b):
+                matched.add((name, node))
+            return False
         engine.compiled.matchers[name] = counted
     index, _ = engine.compiled.by_phase["all"]
     start = time.perf_counter()
-    engine._first_rewrite(program, index)
-    return time.perf_counter() - start, calls
+    assert engine._first_rewrite(program, index) is None
+    return time.perf_counter() - start, calls, matched
 
 
 def main() -> None:
@@ -95,17 +108,23 @@ def main() -> None:
     program = synthetic_program(args.nodes, rng)
     n_nodes = len({n for e in program.exprs() for n in e.walk()})
     print(f"{len(rules.rules)} rules, {n_nodes} distinct nodes")
-    results = {}
+    results, matches = {}, {}
     for label, use_index in (("indexed by root op", True), ("no index", False)):
         best = None
         for _ in range(3):
             engine = Engine(rules, use_index=use_index)   # fresh: no memo of failures
-            seconds, calls = scan(engine, program)
+            seconds, calls, matched = scan(engine, program)
             best = (seconds, calls) if best is None or seconds < best[0] else best
+            assert matches.setdefault(label, matched) == matched, "scans differ between runs"
         seconds, calls = best
         results[label] = seconds
         print(f"{label:<20} {calls:>10} matcher calls  {seconds * 1e3:9.1f} ms/scan  "
               f"{n_nodes / seconds:12,.0f} nodes/s  {calls / seconds:12,.0f} calls/s")
+    indexed, plain = matches["indexed by root op"], matches["no index"]
+    assert indexed == plain, (f"the index changes what matches: {len(indexed)} matches "
+                              f"indexed, {len(plain)} without")
+    assert len({rule for rule, _ in plain}) == len(PLANTED), "every planted rule matches"
+    print(f"both strategies find the same {len(plain)} matches")
     print(f"speedup of the index: {results['no index'] / results['indexed by root op']:.1f}x")
 
 

@@ -10,8 +10,26 @@ import numpy as np
 from .ir.program import Program
 
 #: Relative tolerance of float32 results against a float64 reference, measured as the
-#: largest absolute error over the largest reference magnitude of each output.
-DEFAULT_TOLERANCE = 2e-3
+#: largest absolute error over the largest reference magnitude of each output. The
+#: float32 error model sets it: the built-in workloads at ordinary input scale measure
+#: 2e-7..1e-6 (attention, LayerNorm+Matmul, RMSNorm+FFN) and up to 1.1e-5 (a whole
+#: decoder layer), fused and unfused alike; this is about four times the worst. Real
+#: bugs sit above it: a LayerNorm with eps 1e-3 instead of 1e-5 is 4e-4 off.
+DEFAULT_TOLERANCE = 5e-5
+
+#: A fused program may lose at most this factor of accuracy against the unfused
+#: float32 program run on the same inputs (measured: 0.7..1.3).
+ERROR_GROWTH = 4.0
+
+#: The smallest error baseline: float32 rounding of the output itself (2 ulp).
+FLOAT32_FLOOR = 2 * float(np.finfo(np.float32).eps)
+
+
+def tolerance_from_baseline(baseline_error: float) -> float:
+    """Tolerance for a fused program given the unfused float32 program's own relative
+    error on the same inputs (the scale where inputs are extreme: logits of ±1e4
+    carry ~1e-3 of rounding before any operator runs)."""
+    return ERROR_GROWTH * max(baseline_error, FLOAT32_FLOOR)
 
 
 def random_inputs(program: Program, seed: int = 0, scale: float = 1.0,

@@ -1,31 +1,69 @@
-"""The loop-sum engine against brute-force enumeration of every iteration."""
+"""The loop-sum engine against brute-force enumeration of every iteration.
+
+The enumeration is written independently of the code it checks: it evaluates
+subscripts and block extents itself (from a plain description of each subscript),
+importing only the IR constructors needed to pose the question."""
+
+import math
 
 from hypothesis import given, settings, strategies as st
 
-from blockbuster.cost.counting import Loop, LoopSums, block_extent
-from blockbuster.ir.index import IConst, IVar, evaluate
+from blockbuster.cost.counting import Loop, LoopSums
+from blockbuster.ir.index import IConst, IVar
 from blockbuster.ir.types import Dim
 
 DIMS = [Dim("A", 37, 8), Dim("B", 20, 20), Dim("C", 50, 7), Dim("P", 3, 1, point=True)]
 
+# A subscript is ("const", c) or (form, loop variable): its IR term and its value.
+FORMS = {
+    "v": (lambda v: v, lambda x: x),
+    "v+1": (lambda v: v + 1, lambda x: x + 1),
+    "v//2": (lambda v: v // 2, lambda x: x // 2),
+    "v*2": (lambda v: v * 2, lambda x: x * 2),
+    "v-1": (lambda v: v - 1, lambda x: x - 1),
+    "v+v": (lambda v: v + v, lambda x: x + x),
+}
+
+
+def ir_index(spec):
+    if spec[0] == "const":
+        return IConst(spec[1])
+    return FORMS[spec[0]][0](IVar(spec[1]))
+
+
+def value(spec, env) -> int:
+    return spec[1] if spec[0] == "const" else FORMS[spec[0]][1](env[spec[1]])
+
+
+def blocks(size: int, block: int) -> int:
+    return math.ceil(size / block)
+
+
+def extent(size: int, block: int, b: int) -> int:
+    """Elements in block ``b``: a full block, the ragged remainder, 0 outside."""
+    if not 0 <= b < blocks(size, block):
+        return 0
+    return min(block, size - b * block)
+
 
 def brute(loops, extents):
+    """``loops``: (name, (size, block), lo spec or None, hi spec or None);
+    ``extents``: ((size, block), spec or None for a full block)."""
     total = 0
 
     def go(depth, env):
         nonlocal total
         if depth == len(loops):
             term = 1
-            for dim, ix in extents:
-                term *= dim.block if ix is None else block_extent(dim, evaluate(ix, env))
+            for (size, block), spec in extents:
+                term *= block if spec is None else extent(size, block, value(spec, env))
             total += term
             return
-        loop = loops[depth]
-        lo = 0 if loop.lo is None else max(0, evaluate(loop.lo, env))
-        hi = loop.dim.nblocks if loop.hi is None else min(loop.dim.nblocks,
-                                                          evaluate(loop.hi, env))
-        for b in range(lo, hi):
-            go(depth + 1, {**env, loop.name: b})
+        name, (size, block), lo, hi = loops[depth]
+        first = 0 if lo is None else max(0, value(lo, env))
+        last = blocks(size, block) if hi is None else min(blocks(size, block), value(hi, env))
+        for b in range(first, last):
+            go(depth + 1, {**env, name: b})
 
     go(0, {})
     return total
@@ -33,36 +71,39 @@ def brute(loops, extents):
 
 @st.composite
 def nests(draw):
-    """Up to four loops whose bounds and subscripts use the enclosing loops."""
-    loops = []
+    """Up to four loops whose bounds and subscripts use the enclosing loops:
+    (Loop objects, extents for LoopSums, the same nest described for ``brute``)."""
+    loops, plain = [], []
     for depth in range(draw(st.integers(1, 4))):
         names = [l.name for l in loops]
 
         def index():
             if not names:
-                return IConst(draw(st.integers(0, 3)))
-            v = IVar(draw(st.sampled_from(names)))
-            return draw(st.sampled_from([v, v + 1, v // 2, v * 2, v - 1, v + v]))
+                return ("const", draw(st.integers(0, 3)))
+            return (draw(st.sampled_from(sorted(FORMS))), draw(st.sampled_from(names)))
 
         dim = draw(st.sampled_from(DIMS))
         lo = index() if draw(st.booleans()) else None
         hi = index() if draw(st.booleans()) else None
-        loops.append(Loop(f"v{depth}", dim, lo, hi))
+        loops.append(Loop(f"v{depth}", dim, None if lo is None else ir_index(lo),
+                          None if hi is None else ir_index(hi)))
+        plain.append((f"v{depth}", (dim.size, dim.block), lo, hi))
     names = [l.name for l in loops]
-    extents = []
+    extents, plain_extents = [], []
     for _ in range(draw(st.integers(0, 3))):
         dim = draw(st.sampled_from(DIMS))
-        kind = draw(st.sampled_from(["var", "div", "none"]))
-        v = IVar(draw(st.sampled_from(names)))
-        extents.append((dim, {"var": v, "div": v // 2, "none": None}[kind]))
-    return loops, extents
+        kind = draw(st.sampled_from(["v", "v//2", "none"]))
+        spec = None if kind == "none" else (kind, draw(st.sampled_from(names)))
+        extents.append((dim, None if spec is None else ir_index(spec)))
+        plain_extents.append(((dim.size, dim.block), spec))
+    return loops, extents, (plain, plain_extents)
 
 
 @settings(max_examples=300, deadline=None)
 @given(nests())
 def test_loop_sums_match_enumeration(nest):
-    loops, extents = nest
-    assert LoopSums().count(loops, extents) == brute(loops, extents)
+    loops, extents, plain = nest
+    assert LoopSums().count(loops, extents) == brute(*plain)
 
 
 def test_independent_loops_are_not_enumerated():

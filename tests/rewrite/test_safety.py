@@ -60,8 +60,10 @@ def test_default_layernorm_uses_chan_and_is_accurate_for_rows_with_mean_1e3():
     x = _shifted_rows(program, 1e3)
     fused, out = _run(program, default_rules(), x)
     assert "meanvar(" in str(fused)
-    v = compare(out, oracle("layernorm_matmul", x))
-    assert v.passed and v.max_rel_error < 1e-3, v
+    # Inputs of 1e3 carry ~6e-5 of float32 rounding each, amplified by 1/sigma ~ 1:
+    # the float32 floor here is ~3e-4, far above the ordinary-scale tolerance.
+    v = compare(out, oracle("layernorm_matmul", x), tolerance=1e-3)
+    assert v.passed, v
 
 
 def test_paper_layernorm_loses_digits_for_rows_with_mean_1e3():

@@ -1,14 +1,10 @@
-"""Program structure in the reference interpreter: ragged and single blocks, point
-dimensions and index arithmetic, reduce ranges that depend on enclosing indices, empty
-reductions, ``map`` with ``:`` stores, multi-output reductions, and kernels chained
-through intermediate global arrays."""
+"""Program structure on every backend, against NumPy float64 written from the math:
+ragged and single blocks, point dimensions and index arithmetic, reduce ranges that
+depend on enclosing indices, empty reductions, ``map`` with ``:`` stores, multi-output
+reductions, kernels chained through intermediate global arrays, float64."""
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-from blockbuster.backends.reference import backend as reference
-from blockbuster.ir.parser import parse_program
 
 MATMUL = """
 program mm
@@ -40,18 +36,6 @@ def test_matmul_sizes(run, rng, m, bm, k, bk, n, bn):
     a, b = f32(rng.normal(size=(m, k))), f32(rng.normal(size=(k, n)))
     out = run(MATMUL.format(m=m, bm=bm, k=k, bk=bk, n=n, bn=bn), A=a, B=b)["C"]
     assert out.shape == (m, n)
-    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dims=st.lists(st.tuples(st.integers(1, 12), st.integers(1, 6)), min_size=3, max_size=3),
-       seed=st.integers(0, 2**31))
-def test_matmul_any_sizes_and_blocks(dims, seed):
-    (m, bm), (k, bk), (n, bn) = dims
-    rng = np.random.default_rng(seed)
-    a, b = f32(rng.normal(size=(m, k))), f32(rng.normal(size=(k, n)))
-    program = parse_program(MATMUL.format(m=m, bm=bm, k=k, bk=bk, n=n, bn=bn))
-    out = reference.compile(program)(A=a, B=b)["C"]
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
 
 

@@ -1,4 +1,4 @@
-"""Every block operator of the reference interpreter against NumPy written from the math.
+"""Every block operator on every backend against NumPy written from the math.
 
 Sizes are deliberately not multiples of the block sizes, so every test also runs
 ragged last blocks. Expected values are computed in float64 from the same inputs.

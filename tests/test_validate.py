@@ -1,0 +1,65 @@
+"""Validation tolerances follow the float32 error model: real float32 results pass
+with a margin, and plausible bugs whose error is far below the old flat 2e-3 fail."""
+
+import numpy as np
+import pytest
+
+from blockbuster.backends.reference import run_program
+from blockbuster.dsl.loader import default_rules
+from blockbuster.frontend.workloads import workload
+from blockbuster.oracles import oracle
+from blockbuster.rewrite.engine import fuse
+from blockbuster.validate import (DEFAULT_TOLERANCE, ERROR_GROWTH, FLOAT32_FLOOR, compare,
+                                  random_inputs, tolerance_from_baseline)
+
+
+@pytest.fixture(scope="module")
+def layernorm():
+    program = workload("layernorm_matmul", M=64, K=100, N=30, blocks={"M": 32, "K": 32, "N": 16})
+    inputs = random_inputs(program, seed=1)
+    return program, inputs, oracle("layernorm_matmul", inputs)
+
+
+def _buggy_layernorm(inputs, eps=1e-5, ddof=0):
+    x = {k: v.astype(np.float64) for k, v in inputs.items()}
+    X = x["X"]
+    mean = X.mean(axis=1, keepdims=True)
+    var = X.var(axis=1, ddof=ddof, keepdims=True)
+    return {"Y": ((X - mean) / np.sqrt(var + eps) * x["gamma"] + x["beta"]) @ x["W"]}
+
+
+def test_float32_results_pass_with_a_margin(layernorm):
+    program, inputs, want = layernorm
+    for p in (program, fuse(program, default_rules()).program):
+        v = compare(run_program(p, inputs), want)
+        assert v.passed and v.max_rel_error < DEFAULT_TOLERANCE / 10, v
+
+
+@pytest.mark.parametrize("bug, kwargs", [
+    ("eps 1e-3 instead of 1e-5", {"eps": 1e-3}),        # error ~4e-4
+    ("unbiased variance", {"ddof": 1}),                  # error ~4e-3
+])
+def test_plausible_bugs_fail(layernorm, bug, kwargs):
+    _, inputs, want = layernorm
+    v = compare(_buggy_layernorm(inputs, **kwargs), want)
+    assert not v.passed, (bug, v)
+    assert v.max_rel_error < 5e-3     # each bug is subtle: a flat 2e-3 misses the first
+
+
+def test_the_tolerance_is_the_float32_scale():
+    # ~a few hundred float32 ulps: measured errors of the workloads are 2e-7..1.1e-5.
+    assert 1e-5 <= DEFAULT_TOLERANCE <= 1e-4
+    assert FLOAT32_FLOOR == 2 * float(np.finfo(np.float32).eps)
+
+
+def test_tolerance_from_baseline_is_a_small_multiple_of_the_unfused_error():
+    assert tolerance_from_baseline(1e-3) == pytest.approx(ERROR_GROWTH * 1e-3)
+    assert tolerance_from_baseline(0.0) == pytest.approx(ERROR_GROWTH * FLOAT32_FLOOR)
+    assert 2 <= ERROR_GROWTH <= 10
+
+
+def test_non_finite_or_misshaped_outputs_never_pass():
+    ref = {"Y": np.ones((3, 2))}
+    assert not compare({"Y": np.array([[1, 1], [1, np.nan], [1, 1]])}, ref).passed
+    assert not compare({"Y": np.ones((2, 3))}, ref).passed
+    assert compare({"Y": np.ones((3, 2), np.float32)}, ref).passed
