@@ -25,6 +25,8 @@ GUARDS: dict[str, tuple[tuple[str, ...], str]] = {
     "fits_local": (("array",), "after inlining X the consumer still fits the local tier"),
     "bounds_invariant": (("range", "var"), "the bounds of range R do not depend on loop "
                                            "index d"),
+    "weights_only": (("expr",), "x reads only the program's weights (the same on every "
+                                "call: what is computed from it alone is weight preparation)"),
     "whole": (("range",), "R covers its whole dimension (no sub-range bounds)"),
     "reduces_over": (("expr", "range"), "x contains a reduction over all of range R "
                                         "(computing x takes a pass of its own over R)"),

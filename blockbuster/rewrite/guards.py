@@ -113,6 +113,11 @@ def _bounds_invariant(b, rng, var) -> bool:
     return all(bound is None or b[var] not in index_vars(bound) for bound in (lo, hi))
 
 
+def _weights_only(program: Program, x: Expr) -> bool:
+    loads = [n.attr.array for n in x.walk() if n.op == "load"]
+    return bool(loads) and set(loads) <= set(program.weights)
+
+
 def reduces_over(x: Expr, rng: tuple) -> bool:
     """``x`` contains a reduction over exactly the range ``rng`` (dim, lo, hi), not
     nested in another reduction over the same dimension (whose loop then owns it: a
@@ -151,6 +156,7 @@ GUARD_IMPLS: dict[str, Callable] = {
     "same_index": lambda ctx, b, a: same_index(ctx, b[a]),
     "fits_local": lambda ctx, b, a: fits_local(ctx, b[a]),
     "bounds_invariant": lambda ctx, b, r, v: _bounds_invariant(b, r, v),
+    "weights_only": lambda ctx, b, x: _weights_only(ctx.program, b[x]),
     "reduces_over": lambda ctx, b, x, r: reduces_over(b[x], b[r]),
     "whole": lambda ctx, b, r: b[r][1] is None and b[r][2] is None,
     "cheaper_after": lambda ctx, b, p: cheaper_after(ctx, p),
