@@ -201,3 +201,24 @@ def test_exp_of_a_moderate_sum_of_large_terms(backend, N, S, block):
     for prog in (program, fused):
         out = bb.compile(prog, backend=backend)(X=X, v=v)["E"]
         np.testing.assert_allclose(out, ref, rtol=2e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M,N,block", [(32, 32, 16), (13, 21, 8)])
+def test_a_subtracted_column_offset_stays_inside_the_matmul(backend, M, N, block):
+    """(x - 1·vᵀ)·W with x ≈ v ≈ 1e3: distributing gives x·W - vᵀW, which cancels
+    (found by the differential fuzzer); only a weight shift is distributed."""
+    g = GraphBuilder("col_offset")
+    g.dim("M", M, block)
+    g.dim("N", N, block)
+    x, v, w = g.input("X", "M", "N"), g.input("v", "N"), g.weight("W", "N", "N")
+    program = g.build(g.matmul(g.binary("sub", x, v), w, name="Y"))
+    fused = bb.fuse(program).program
+    rng = np.random.default_rng(11)
+    X = (rng.standard_normal((M, N)) + 1e3).astype(np.float32)
+    v_ = (rng.standard_normal(N) + 1e3).astype(np.float32)
+    W = rng.standard_normal((N, N)).astype(np.float32)
+    ref = (X.astype(np.float64) - v_.astype(np.float64)) @ W.astype(np.float64)
+    errs = [float(np.max(np.abs(bb.compile(p, backend=backend)(X=X, v=v_, W=W)["Y"] - ref)))
+            for p in (program, fused)]
+    assert errs[1] <= max(4 * errs[0], 1e-4), errs
