@@ -61,16 +61,28 @@ def producer_value_at(program: Program, load: Expr) -> Expr:
     return substitute_index(value, mapping)
 
 
-def find_inline(program: Program) -> Iterator[Application]:
-    for kernel in program.kernels:
-        seen: set = set()
+_LOADS: dict = {}      # kernel -> its distinct load nodes, in walk order (kernels are immutable)
+
+
+def _loads(kernel) -> tuple:
+    hit = _LOADS.get(kernel)
+    if hit is None:
+        if len(_LOADS) > 50_000:
+            _LOADS.clear()
+        seen: dict = {}
         for store in kernel.stores:
             for node in store.value.walk():
-                if node.op != "load" or node in seen:
-                    continue
-                seen.add(node)
-                if program.producer(node.attr.array) is None:
-                    continue
+                if node.op == "load":
+                    seen.setdefault(node, None)
+        hit = _LOADS[kernel] = tuple(seen)
+    return hit
+
+
+def find_inline(program: Program) -> Iterator[Application]:
+    produced = {a for k in program.kernels for a in k.writes()}
+    for kernel in program.kernels:
+        for node in _loads(kernel):
+            if node.attr.array in produced:
                 yield _inline_application(program, kernel, node)
 
 

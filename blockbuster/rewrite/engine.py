@@ -184,12 +184,18 @@ class Engine:
         self.step_check = step_check
         self.use_index = use_index
         self._no_match: set = set()     # (rule name, node): matching is context-free
+        # (phase index, kernel): kernels known to hold no rewrite of the phase. A
+        # step changes one kernel; the others are not scanned again.
+        self._kernel_done: set = set()
         self._lookahead: dict = {}
 
     # -- finding one application -------------------------------------------------
     def _first_rewrite(self, program: Program, index: dict) -> tuple | None:
         all_rules = [r for rules in index.values() for r in rules]
         for kernel in program.kernels:
+            done_key = (id(index), kernel)
+            if done_key in self._kernel_done:
+                continue
             ctx = RuleContext(program, kernel, self.hardware)
             seen: set = set()
             for store in kernel.stores:
@@ -209,6 +215,7 @@ class Engine:
                             if new is not node:
                                 return rule, kernel, node, new
                         self._no_match.add(key)
+            self._kernel_done.add(done_key)
         return None
 
     def _first_action(self, program: Program, actions: list[RuleDef]) -> tuple | None:
@@ -303,16 +310,26 @@ def _once(build: Callable[[], Program]) -> Callable[[], Program]:
 
 def _over_limits(program: Program, limits: Limits, depths: dict) -> str | None:
     """``node_limit``/``depth_limit`` if ``program`` exceeds one, else None. ``depths``
-    memoises node depths across the steps of a run (nodes are hash-consed)."""
-    seen: set = set()
-    for e in program.exprs():
-        for node in e.walk():       # children first, without recursion
-            seen.add(node)
-            if node not in depths:
-                depths[node] = 1 + max((depths[a] for a in node.args), default=0)
-            if depths[node] > limits.max_depth:
-                return "depth_limit"
-    return "node_limit" if len(seen) > limits.max_nodes else None
+    memoises node depths and each kernel's (node count, depth) across the steps of a
+    run (nodes and kernels are hash-consed; a step changes one kernel). The node count
+    is summed over kernels (a node shared by two kernels counts twice)."""
+    nodes = 0
+    for kernel in program.kernels:
+        sized = depths.get(kernel)
+        if sized is None:
+            seen: set = set()
+            deepest = 0
+            for store in kernel.stores:
+                for node in store.value.walk():     # children first, without recursion
+                    seen.add(node)
+                    if node not in depths:
+                        depths[node] = 1 + max((depths[a] for a in node.args), default=0)
+                    deepest = max(deepest, depths[node])
+            sized = depths[kernel] = (len(seen), deepest)
+        if sized[1] > limits.max_depth:
+            return "depth_limit"
+        nodes += sized[0]
+    return "node_limit" if nodes > limits.max_nodes else None
 
 
 def fuse(program: Program, rules: RuleSet | None = None, limits: Limits | None = None,
