@@ -139,7 +139,7 @@ def load_rule_args(args: argparse.Namespace):
 def _verify_small_copy(args, rules, limits) -> int:
     """--verify-steps: fuse a small ragged copy of the workload, checking every step."""
     import blockbuster
-    from .rewrite.verify_steps import StepVerifier, small_sizes
+    from .checks.verify_steps import StepVerifier, small_sizes
     full = build_program(args)
     sizes, blocks = small_sizes(full)
     small = blockbuster.workload(args.workload, blocks=blocks, **sizes)
@@ -301,7 +301,7 @@ def add_rules(sub) -> None:
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
     from .dsl.loader import load_rules
-    from .rewrite.soundness import check_rules
+    from .checks import check_rules
     if args.trials < 1:
         raise UsageError(f"--trials must be positive, got {args.trials}")
     rules = load_rules(*args.files)

@@ -8,7 +8,7 @@ import pytest
 
 import blockbuster
 from blockbuster.frontend.workloads import workload
-from blockbuster.rewrite.verify_steps import StepChangedOutputs, StepVerifier, small_sizes
+from blockbuster.checks.verify_steps import StepChangedOutputs, StepVerifier, small_sizes
 
 DERIVATIONS = [("attention", dict(N=13, S=11, D=6), dict(N=4, S=4, D=4)),
                ("layernorm_matmul", dict(M=9, K=11, N=7), dict(M=4, K=4, N=4)),
