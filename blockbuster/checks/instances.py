@@ -144,7 +144,7 @@ class TypeSampler:
     depth-first search, pruning as soon as a sub-pattern whose variables are all
     typed is ill-typed. Each solution is found by a fresh randomised search."""
 
-    def __init__(self, rule: RuleDef, info: PatternInfo, budget: int = 4000):
+    def __init__(self, rule: RuleDef, info: PatternInfo, budget: int = 2000):
         self.rule, self.info, self.budget = rule, info, budget
         dims = [Dim(t, 4, 4) for t in TILES]
         self.range_dims = {rng: f"L_{rng}" for _, rng, _ in info.binders}
@@ -273,7 +273,7 @@ class Instance:
 class InstanceBuilder:
     """Builds trial instances of one rewrite rule."""
 
-    def __init__(self, rule: RuleDef, seed: int, types_wanted: int = 8):
+    def __init__(self, rule: RuleDef, seed: int, types_wanted: int = 6):
         self.rule = rule
         self.info = analyse(rule)
         self.rng = random.Random(seed)

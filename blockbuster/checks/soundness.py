@@ -36,7 +36,7 @@ from .instances import VALUE_KINDS, Deck, InstanceBuilder, MalformedRule, descri
     random_values
 
 #: Default number of instances run per rewrite rule (each on one value distribution).
-DEFAULT_TRIALS = 40
+DEFAULT_TRIALS = 30
 PRECISION = np.longdouble
 #: Finite values agree when |l - r| <= RTOL·max(|l|, |r|) + ATOL·(largest magnitude of
 #: the output): extended precision has ~1e-19 rounding, so these leave a wide margin
