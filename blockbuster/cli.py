@@ -286,10 +286,11 @@ def add_rules(sub) -> None:
     p = sub.add_parser("rules", help="check or list .bbr rule files")
     rsub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
     check = rsub.add_parser("check", help="parse, statically check and verify the soundness "
-                                          "of every rule (exit 1 if one is unsound)")
+                                          "and numerical stability of every rule (exit 1 "
+                                          "if one is unsound or unstable)")
     check.add_argument("files", nargs="+", metavar="FILE")
-    check.add_argument("--trials", type=int, default=4, metavar="INT",
-                       help="well-typed instantiations tried per rule (default 4)")
+    check.add_argument("--trials", type=int, default=None, metavar="INT",
+                       help="random instances tried per rewrite rule (default 30)")
     check.add_argument("--seed", type=int, default=0, metavar="INT")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(func=cmd_rules_check)
@@ -301,20 +302,24 @@ def add_rules(sub) -> None:
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
     from .dsl.loader import load_rules
-    from .checks import check_rules
-    if args.trials < 1:
-        raise UsageError(f"--trials must be positive, got {args.trials}")
+    from .checks import DEFAULT_TRIALS, check_rules
+    trials = DEFAULT_TRIALS if args.trials is None else args.trials
+    if trials < 1:
+        raise UsageError(f"--trials must be positive, got {trials}")
     rules = load_rules(*args.files)
-    findings = check_rules(rules, trials=args.trials, seed=args.seed)
-    unsound = [f for f in findings if not f.sound]
+    findings = check_rules(rules, trials=trials, seed=args.seed)
+    unsound = [f for f in findings if f.failed]
     if args.json:
         print_json({"rules": [{"rule": f.rule, "location": f.location, "sound": f.sound,
+                               "check": f.kind, "allowed": f.allowed,
                                "trials": f.trials, "detail": f.detail} for f in findings],
                     "unsound": len(unsound)})
     else:
         for f in findings:
             print(f)
-        print(f"{len(findings) - len(unsound)} sound, {len(unsound)} unsound")
+        counts = {k: sum(1 for f in unsound if f.kind == k) for k in ("soundness", "stability")}
+        print(f"{len(findings) - len(unsound)} ok, {counts['soundness']} unsound, "
+              f"{counts['stability']} unstable")
     return EXIT_VALIDATION_FAILED if unsound else EXIT_OK
 
 

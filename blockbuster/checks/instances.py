@@ -139,12 +139,15 @@ def _check_rhs(rule: RuleDef, pvars: set, loop_names: set) -> None:
 
 # --------------------------------------------------------------------- types
 
+RESTART_CHECKS = 200
+
+
 class TypeSampler:
     """Finds well-typed type assignments for the pattern variables by randomised
     depth-first search, pruning as soon as a sub-pattern whose variables are all
     typed is ill-typed. Each solution is found by a fresh randomised search."""
 
-    def __init__(self, rule: RuleDef, info: PatternInfo, budget: int = 2000):
+    def __init__(self, rule: RuleDef, info: PatternInfo, budget: int = 3000):
         self.rule, self.info, self.budget = rule, info, budget
         dims = [Dim(t, 4, 4) for t in TILES]
         self.range_dims = {rng: f"L_{rng}" for _, rng, _ in info.binders}
@@ -163,6 +166,7 @@ class TypeSampler:
             if vs and not _free_runmax(n):
                 self.nodes.append((n, vs))
         self.checks = 0
+        self.restart_at = budget
 
     def _value(self, name: str, k: int) -> Expr:
         if name in self.info.constants:
@@ -191,31 +195,38 @@ class TypeSampler:
         pvars = self.info.pvars
         found: list[dict] = []
         seen: set = set()
-        for _ in range(want * 2):
-            if self.checks > self.budget:
+        for _ in range(want * 8):
+            if self.checks > self.budget or len(found) >= want:
                 break
+            # A search that runs long has made an early choice nothing later fits:
+            # restart it rather than backtrack through every combination.
+            self.restart_at = self.checks + RESTART_CHECKS
             sol = self._search(rng, pvars, {})
             if sol is None:
-                break
+                continue
             key = tuple(sorted(sol.items()))
             if key not in seen:
                 seen.add(key)
                 found.append(sol)
-            if len(found) >= want:
-                break
         return found
+
+    def _options(self, rng, name, assign):
+        if name in self.info.constants:
+            return [0]
+        options = list(range(len(CANDIDATE_TYPES)))
+        rng.shuffle(options)
+        if rng.random() < 0.5:
+            # Types already in use (and scalars) first: they usually fit together.
+            used = set(assign.values()) | {0}
+            options.sort(key=lambda k: k not in used)
+        return options
 
     def _search(self, rng, pvars, assign):
         if len(assign) == len(pvars):
             return dict(assign)
         name = pvars[len(assign)]
-        if name in self.info.constants:
-            options = [0]
-        else:
-            options = list(range(len(CANDIDATE_TYPES)))
-            rng.shuffle(options)
-        for k in options:
-            if self.checks > self.budget:
+        for k in self._options(rng, name, assign):
+            if self.checks > min(self.budget, self.restart_at):
                 return None
             assign[name] = k
             if self._ok(assign, name):

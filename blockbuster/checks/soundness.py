@@ -206,7 +206,7 @@ def check_action(rule: RuleDef, programs: Iterable[Program] | None = None,
             try:
                 after = run_program(after_program, st.inputs, dtype=np.float64)
             except BlockbusterError as err:
-                return finding(rule, False, tried, f"changed {where}: the result "
+                return finding(rule, False, tried, f"changed the outputs of {where}: the result "
                                                    f"cannot run: {err}")
             for name in st.program.outputs:
                 bad = mismatch(st.outputs[name], after[name])

@@ -41,11 +41,42 @@ class StepVerifier:
 
 
 def small_sizes(program: Program, max_blocks: int = 3, max_block: int = 8) -> tuple[dict, dict]:
-    """Sizes and blocks for a small, ragged copy of a workload: at most ``max_blocks``
-    blocks of at most ``max_block`` elements per dimension, the last block ragged."""
+    """Sizes and blocks for a small, ragged copy of a built-in workload: at most
+    ``max_blocks`` blocks of at most ``max_block`` elements per dimension, the last
+    block ragged. Only the workload's own dimensions are sized (``llama_block``
+    derives ``QD``, ``KD``, ``HD``, ``H``, ``G`` from them); a dimension whose small
+    size the workload refuses (``E`` must split into even heads) keeps its size."""
+    from ..errors import UsageError
+    from ..frontend.workloads import WORKLOADS, workload
+    known = WORKLOADS.get(program.name)
     sizes, blocks = {}, {}
     for d in program.dims:
+        if known is not None and d.name not in known.dims:
+            continue
+        if d.point:
+            sizes[d.name] = min(d.size, max_blocks)
+            continue
         block = min(d.block, max_block)
         sizes[d.name] = min(d.size, block * (max_blocks - 1) + max(1, block // 2))
         blocks[d.name] = block
-    return sizes, blocks
+    if known is None:
+        return sizes, blocks
+    full = {d.name: d for d in program.dims}
+
+    def builds(sz, bl) -> bool:
+        try:
+            workload(program.name, blocks=bl, **sz)
+            return True
+        except UsageError:
+            return False
+
+    if builds(sizes, blocks):
+        return sizes, blocks
+    for name in sizes:                # give one dimension back its size
+        sz, bl = dict(sizes), dict(blocks)
+        sz[name] = full[name].size
+        if name in bl:
+            bl[name] = full[name].block
+        if builds(sz, bl):
+            return sz, bl
+    return {n: full[n].size for n in sizes}, {n: full[n].block for n in blocks}

@@ -1,38 +1,86 @@
-"""`rules check`: every shipped rule is sound; planted unsound rules are caught."""
+"""`rules check`: every planted unsound rule of the corpus is caught and every sound
+one accepted, for several seeds (one of them random); counterexamples say where and
+on what; malformed rules never crash the checker; actions are checked too."""
 
+import random
+from pathlib import Path
 
 import pytest
 
+from blockbuster.checks import check_rules
+from blockbuster.checks.soundness import check_action, check_rule, check_rewrite, mismatch
+from blockbuster.dsl.ast import RuleDef, SourceLoc
 from blockbuster.dsl.loader import load_rules, load_rules_text, shipped_rulesets_dir
+from blockbuster.ir import expr as E
 from blockbuster.ir.index import IConst
 from blockbuster.rewrite import actions
-from blockbuster.rewrite.soundness import check_rule, check_rules
 
-UNSOUND = {
-    "wrong_sign": "dot(rowshift(s, a), b) => sub(dot(a, b), outer(s, colsum(b)))",
-    "dropped_scale": "dot(rowscale(s, a), b) => dot(a, b)",
-    "max_sum_reorder": "max(k in R: sum(j in Q: a)) => sum(j in Q: max(k in R: a))",
-    "lift_without_guard": "sum(k in R: rowscale(s, a)) => rowscale(s, sum(k in R: a))",
-    "exp_of_sum": "exp(add(a, b)) => add(exp(a), exp(b))",
-    "transpose_order": "transpose(dot(a, b)) => dot(transpose(a), transpose(b))",
-    "recip_of_sum": "recip(add(a, b)) => add(recip(a), recip(b))",
-    "sqrt_of_square": "rsqrt(square(x)) => recip(x)",
-    "rows_for_columns": "rowsum(transpose(a)) => rowsum(a)",
-    "shift_as_scale": "exp(rowshift(s, a)) => rowscale(s, exp(a))",
-    "online_without_rescale": ("sum(k in R: rowsum(exp(x))) => t.1 with t = online_softmax("
-                               "k in R: x, rowsum(exp(rowshift(neg(runmax(k)), x)))) if depends(x, k)"),
-    "variance_without_centre": ("sum(k in R: rowsum(square(rowshift(neg(m), x)))) => t.2 "
-                                "with t = meanvar(k in R: x) if invariant(m, k)"),
-}
+HERE = Path(__file__).parent
+UNSOUND = load_rules(HERE / "unsound.bbr")
+SOUND = load_rules(HERE / "sound.bbr")
+SEEDS = [0, 1, 2, random.randrange(10_000)]
+SOUND_SEEDS = [0, 1, SEEDS[-1]]     # the sound corpus runs every trial: fewer seeds
 
 
-@pytest.mark.parametrize("name", sorted(UNSOUND))
-def test_planted_unsound_rule_is_caught(name):
-    rules = load_rules_text(f"rule {name}: {UNSOUND[name]}\n", "planted.bbr")
-    finding = check_rule(rules.rules[name])
-    assert not finding.sound, finding
-    assert finding.location == "planted.bbr:1:6"
-    assert finding.detail          # a counterexample or the type error
+def test_the_corpora_are_large_enough():
+    assert len(UNSOUND.rules) >= 40 and len(SOUND.rules) >= 20
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_planted_unsound_rule_is_caught(seed):
+    missed = [n for n, r in UNSOUND.rules.items() if check_rewrite(r, seed=seed).sound]
+    assert not missed, f"seed {seed}: accepted unsound rules {missed}"
+
+
+@pytest.mark.parametrize("seed", SOUND_SEEDS)
+def test_every_sound_rule_is_accepted(seed):
+    rejected = [str(f) for f in (check_rewrite(r, seed=seed) for r in SOUND.rules.values())
+                if not f.sound]
+    assert not rejected, f"seed {seed}:\n" + "\n".join(rejected)
+
+
+def test_a_counterexample_names_place_shapes_trips_seed_and_values():
+    f = check_rewrite(UNSOUND.rules["max_of_invariant"], seed=5)
+    text = str(f)
+    assert not f.sound and f.location.endswith("unsound.bbr:34:6")
+    assert "rule max_of_invariant: max(k in R: a) => a if invariant(a, k)" in text
+    assert "\n         ^" in text                  # the caret under the rule's name
+    assert "shapes P=" in text and "ranges R = " in text and "(seed 5)" in text
+    assert "in_a[:3] = [" in text and "non-finite" in text
+
+
+def test_non_finite_positions_must_agree():
+    import numpy as np
+    assert mismatch(np.array([np.inf, 1.0]), np.array([np.inf, 1.0])) == ""
+    assert "non-finite" in mismatch(np.array([-np.inf]), np.array([0.0]))
+    assert "non-finite" in mismatch(np.array([np.nan]), np.array([np.inf]))
+    assert "relative difference" in mismatch(np.array([1e-5]), np.array([1.1e-5]))
+
+
+def test_the_shipped_chan_variance_is_caught_on_an_empty_range():
+    rules = load_rules(shipped_rulesets_dir() / "default.bbr")
+    f = check_rewrite(rules.rules["chan_variance"], seed=11)
+    assert not f.sound and "nan" in f.detail and "] of " in f.detail
+
+
+def test_eight_pattern_variables_are_sampled_not_enumerated():
+    rules = load_rules_text("rule wide: add(add(add(a, b), add(c, d)), add(add(e, f), "
+                            "add(g, h))) => add(add(add(h, g), add(f, e)), add(add(d, c), "
+                            "add(b, a)))\n")
+    f = check_rewrite(rules.rules["wide"], seed=0)
+    assert f.sound and f.trials >= 20
+
+
+@pytest.mark.parametrize("text", ["sum(k in R: R)", "runmax(k)", "sum(k in R: k)"])
+def test_malformed_rules_are_reported_not_raised(text):
+    from blockbuster.ir.parser import TermBuilder  # noqa: F401 (the loader may reject them)
+    lhs = {"sum(k in R: R)": E.reduce("sum", "k", "R", E.Expr("pvar", (), "R")),
+           "runmax(k)": E.call("exp", E.runmax("k")),
+           "sum(k in R: k)": E.reduce("sum", "k", "R", E.Expr("pvar", (), "k"))}[text]
+    rule = RuleDef("bad", SourceLoc("bad.bbr", 1, 6), "rewrite", lhs=lhs,
+                   rhs=E.Expr("pvar", (), "x") if text == "runmax(k)" else lhs, text=text)
+    f = check_rule(rule)
+    assert not f.sound and f.detail
 
 
 def test_inline_across_mismatched_indices_is_caught(monkeypatch):
@@ -47,18 +95,14 @@ def test_inline_across_mismatched_indices_is_caught(monkeypatch):
     monkeypatch.setattr(actions, "producer_value_at", skewed)
     rules = load_rules_text("rule inline_all: apply inline(X) if intermediate(X)\n")
     finding = check_rule(rules.rules["inline_all"])
-    assert not finding.sound and "changed output" in finding.detail
-
-
-def test_sound_rule_passes_with_trials():
-    rules = load_rules_text("rule comm: mul(a, b) => mul(b, a)\n")
-    finding = check_rule(rules.rules["comm"])
-    assert finding.sound and finding.trials >= 12
+    assert not finding.sound and "changed" in finding.detail and "attention" in finding.detail
 
 
 @pytest.mark.parametrize("path", sorted(p.name for p in shipped_rulesets_dir().glob("*.bbr")))
-def test_every_shipped_rule_is_sound(path):
+def test_every_shipped_rule_is_sound_but_chan_variance(path):
     rules = load_rules(shipped_rulesets_dir() / path)
-    for finding in check_rules(rules):
+    for finding in check_rules(rules, stability=False):
+        if finding.rule == "chan_variance":      # NaN on an empty range: lead fixes the rule
+            continue
         assert finding.sound, str(finding)
         assert finding.trials > 0, str(finding)
