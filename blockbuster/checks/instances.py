@@ -9,7 +9,8 @@ every seed cycles through completely:
 * a shape kind for the tile dimensions: 1x1 blocks, single rows/columns, one full
   block, several even blocks, several blocks with a ragged last one;
 * a range kind for every binder's range: empty, 1..7 trips, a constant sub-range, or
-  bounds that depend on an enclosing loop variable (``k in R[: i + 1]``);
+  bounds that depend on an enclosing loop variable (``k in R[: i + 1]``), the
+  pattern's own enclosing binder included (``h in R[: d + 1]`` inside ``map(d: ...)``);
 * a value distribution (the caller's kinds).
 
 The instance's program has one kernel storing the rule side's value for every
@@ -41,7 +42,7 @@ CANDIDATE_TYPES = ([SCALAR] + [BlockType((t,)) for t in TILES]
                    + [BlockType(p) for p in itertools.permutations(TILES, 2)])
 OUTER = "__i"                    # the kernel's outer loop variable (a point dim "I")
 SHAPE_KINDS = ("1x1", "thin", "one_block", "even", "ragged")
-RANGE_KINDS = ("empty", 1, 2, 3, 4, 5, 6, 7, "sub", "dependent")
+RANGE_KINDS = ("empty", 1, 2, 3, 4, 5, 6, 7, "sub", "dependent", "dependent_inner")
 #: Guards about values and structure; the others (cost model, arrays) cannot make a
 #: rewrite unsound, so the checker takes them as holding.
 SEMANTIC_GUARDS = {"invariant", "depends", "scalar", "vector", "block", "constant",
@@ -337,8 +338,12 @@ class InstanceBuilder:
                 elif draw == "sub":
                     lo = IConst(rng.randint(0, size - 1))
                     hi = IConst(rng.randint(lo.value + 1, size))
-                elif draw == "dependent":
-                    v = IVar(rng.choice(scope))
+                elif isinstance(draw, str) and draw.startswith("dependent"):
+                    # "dependent_inner": on the innermost enclosing binder of the
+                    # pattern (where one exists), e.g. `h in R[: d + 1]` in map(d: ...).
+                    inner = [v for v, _ in binder_scope_order(info, rname)]
+                    v = IVar(inner[-1] if draw == "dependent_inner" and inner
+                             else rng.choice(scope))
                     lo, hi = rng.choice([(None, v + IConst(1)), (None, v), (v, None)])
             bindings[rname] = (dim.name, lo, hi)
             ranges_text.append(_range_text(rname, dim, lo, hi))
@@ -413,6 +418,12 @@ class InstanceBuilder:
             if ok == g.negated:
                 return False
         return True
+
+
+def binder_scope_order(info: PatternInfo, rname: str) -> list:
+    """The pattern binders enclosing every binder of ``rname``, outermost first."""
+    enclosing = info.range_scopes.get(rname, frozenset())
+    return [(v, r) for v, r, _ in info.binders if (v, r) in enclosing]
 
 
 def _constant(rng: random.Random) -> float:

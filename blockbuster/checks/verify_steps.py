@@ -32,12 +32,26 @@ class StepVerifier:
         self.checked += 1
         for name, want in self.expected.items():
             got = outputs[name]
+            classes = _finite_class(want) != _finite_class(got)
+            if np.any(classes):
+                at = tuple(int(i) for i in np.argwhere(classes)[0])
+                raise StepChangedOutputs(
+                    f"step {step.index}: rule '{step.rule}' ({step.location}) changed output "
+                    f"{name} of kernel {step.kernel}: {got[at]} where it was {want[at]} "
+                    f"(at {at})")
+            finite = np.isfinite(want)
+            want, got = np.where(finite, want, 0), np.where(finite, got, 0)
             scale = max(float(np.max(np.abs(want))), 1e-30) if want.size else 1.0
             err = float(np.max(np.abs(got - want))) / scale if want.size else 0.0
             if not np.isfinite(err) or err > self.tolerance:
                 raise StepChangedOutputs(
                     f"step {step.index}: rule '{step.rule}' ({step.location}) changed output "
                     f"{name} of kernel {step.kernel} (relative error {err:.3g})")
+
+
+def _finite_class(x: np.ndarray) -> np.ndarray:
+    """0 finite, 1 nan, 2 +inf, 3 -inf: non-finite values must stay what they were."""
+    return np.where(np.isnan(x), 1, np.where(np.isposinf(x), 2, np.where(np.isneginf(x), 3, 0)))
 
 
 def small_sizes(program: Program, max_blocks: int = 3, max_block: int = 8) -> tuple[dict, dict]:
