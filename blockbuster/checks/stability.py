@@ -1,7 +1,8 @@
 """Numerical stability of rewrite rules (``rules check``, beside soundness).
 
 Each rule's two sides are evaluated on the same float32-representable inputs in
-float32 and in float64, on wide-range distributions: logits up to ±120 and ±1e4,
+float32 and in float64, on wide-range distributions: logits up to ±120 (also wholly positive or negative
+inputs of magnitude 60..120, where exp overflows alone but not in a difference) and ±1e4,
 rows offset by +1e3 or +1e5 (a large mean), tiny (1e-30) and huge (1e20)
 magnitudes. Taking the float64 left side as the truth, a rule is flagged when its
 right side
@@ -42,7 +43,8 @@ ULPS = 64
 EPS32 = float(np.finfo(np.float32).eps)
 OVERFLOW_MARGIN = 1e34
 AGREE = 1e-4                     # float64 sides this close count as the same value
-STABILITY_KINDS = ("normal", "logits", "logits_wide", "offset", "offset_large", "tiny", "huge")
+STABILITY_KINDS = ("normal", "logits", "logits_edge", "logits_wide", "offset", "offset_large",
+                   "tiny", "huge")
 
 
 def stability_values(program, kind: str, rng: np.random.Generator) -> dict:
@@ -52,6 +54,9 @@ def stability_values(program, kind: str, rng: np.random.Generator) -> dict:
         normal = rng.standard_normal(shape)
         v = {"normal": lambda: normal,
              "logits": lambda: rng.uniform(-120, 120, shape),
+             # Each input wholly positive or negative, |v| in 60..120: exp overflows
+             # (exp(88.7) is float32's largest) where a sum or difference need not.
+             "logits_edge": lambda: rng.choice([-1.0, 1.0]) * rng.uniform(60, 120, shape),
              "logits_wide": lambda: rng.uniform(-1e4, 1e4, shape),
              "offset": lambda: 1e3 + normal,
              "offset_large": lambda: 1e5 + normal * 10,
