@@ -20,7 +20,7 @@ RULES = default_rules()
 ACTIONS = [r for r in RULES.rules.values() if r.kind == "action"]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_properties.programs(), st.integers(0, 2**16))
 def test_every_action_keeps_the_outputs_of_random_programs(program, seed):
     if program is None:
