@@ -140,7 +140,7 @@ def _check_rhs(rule: RuleDef, pvars: set, loop_names: set) -> None:
 
 # --------------------------------------------------------------------- types
 
-RESTART_CHECKS = 200
+RESTART_CHECKS = 600
 
 
 class TypeSampler:
@@ -148,7 +148,7 @@ class TypeSampler:
     depth-first search, pruning as soon as a sub-pattern whose variables are all
     typed is ill-typed. Each solution is found by a fresh randomised search."""
 
-    def __init__(self, rule: RuleDef, info: PatternInfo, budget: int = 3000):
+    def __init__(self, rule: RuleDef, info: PatternInfo, budget: int = 6000):
         self.rule, self.info, self.budget = rule, info, budget
         dims = [Dim(t, 4, 4) for t in TILES]
         self.range_dims = {rng: f"L_{rng}" for _, rng, _ in info.binders}
@@ -217,9 +217,12 @@ class TypeSampler:
         options = list(range(len(CANDIDATE_TYPES)))
         rng.shuffle(options)
         if rng.random() < 0.5:
-            # Types already in use (and scalars) first: they usually fit together.
+            # Types already in use (and scalars) first, then types over axes already
+            # in use: they usually fit together.
             used = set(assign.values()) | {0}
-            options.sort(key=lambda k: k not in used)
+            axes = {a for k in assign.values() for a in CANDIDATE_TYPES[k].axes}
+            options.sort(key=lambda k: (k not in used,
+                                        not set(CANDIDATE_TYPES[k].axes) <= axes))
         return options
 
     def _search(self, rng, pvars, assign):
