@@ -122,7 +122,9 @@ class InstanceBuilder:
                 tiles[a] = Dim(a, size, size)
         # Tile axes the output does not have are read at one block, maybe the ragged one.
         picks = {a: rng.choice([0, tiles[a].nblocks - 1]) for a in TILES}
-        kernel_var = {a: f"__o{n}" for n, a in enumerate(axes)}
+        # Inputs follow the kernel's loop over an output axis (an axis stored twice
+        # has a single block, read at block 0).
+        kernel_var = {a: f"__o{n}" for n, a in enumerate(axes) if axes.count(a) == 1}
 
         loop_dims, bindings, ranges_text = {}, {}, []
         for var, rname, kind in info.binders:
@@ -179,7 +181,7 @@ class InstanceBuilder:
                                                    if deps else ""))
         if len(axes) == 0:
             dims["U"] = Dim("U", 1, 1, point=True)
-        loops = [(OUTER, "I")] + [(kernel_var[a], a) for a in axes]
+        loops = [(OUTER, "I")] + [(f"__o{n}", a) for n, a in enumerate(axes)]
         if not axes:
             loops.append(("__u", "U"))
         out = GlobalArray("out", ("I",) + tuple(held) + (tuple(axes) or ("U",)))

@@ -197,13 +197,15 @@ class TypeSampler:
             return [0]
         options = list(range(len(CANDIDATE_TYPES)))
         rng.shuffle(options)
-        if rng.random() < 0.5:
-            # Types already in use (and scalars) first, then types over axes already
-            # in use: they usually fit together.
-            used = set(assign.values()) | {0}
-            axes = {a for k in assign.values() for a in CANDIDATE_TYPES[k].axes}
-            options.sort(key=lambda k: (k not in used,
-                                        not set(CANDIDATE_TYPES[k].axes) <= axes))
+        draw = rng.random()
+        used = set(assign.values()) | {0}
+        axes = {a for k in assign.values() for a in CANDIDATE_TYPES[k].axes}
+        # Sometimes types already in use (and scalars) first, or types over axes
+        # already in use: they usually fit together. Otherwise any order (diversity).
+        if draw < 0.25:
+            options.sort(key=lambda k: k not in used)
+        elif draw < 0.5:
+            options.sort(key=lambda k: not set(CANDIDATE_TYPES[k].axes) <= axes)
         return options
 
     def _search(self, rng, pvars, assign):
