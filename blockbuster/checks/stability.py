@@ -127,13 +127,20 @@ def compare_precisions(l64, r64, l32, r32, noise) -> str:
     return ""
 
 
-def _perturbed(inputs: dict, rng: np.random.Generator) -> dict:
-    """The inputs moved by one float32 ulp each, in random directions (float64)."""
-    out = {}
-    for name, v in inputs.items():
-        v = np.asarray(v, np.float64)
-        out[name] = v * (1 + EPS32 * rng.choice([-1.0, 1.0], v.shape))
-    return out
+def _input_noise(program, inputs: dict, exact, rng: np.random.Generator) -> np.ndarray:
+    """How far the float64 value moves when the inputs move by one float32 ulp: the
+    sum over input arrays of the move when that array alone is perturbed (elements in
+    random directions), so that two inputs' moves cannot cancel by chance."""
+    exact = np.asarray(exact, np.float64)
+    total = np.zeros_like(exact)
+    with np.errstate(all="ignore"):
+        for name, v in inputs.items():
+            v = np.asarray(v, np.float64)
+            moved = dict(inputs)
+            moved[name] = v * (1 + EPS32 * rng.choice([-1.0, 1.0], v.shape))
+            out = np.asarray(run_program(program, moved, dtype=np.float64)["out"], np.float64)
+            total += np.abs(out - exact)
+    return total
 
 
 def check_rule_stability(rule: RuleDef, trials: int = STABILITY_TRIALS, seed: int = 0,
@@ -161,12 +168,11 @@ def check_rule_stability(rule: RuleDef, trials: int = STABILITY_TRIALS, seed: in
         try:
             runs = [run_program(p, inputs, dtype=d)["out"]
                     for p in (inst.lhs, inst.rhs) for d in (np.float64, np.float32)]
-            moved = run_program(inst.lhs, _perturbed(inputs, rng), dtype=np.float64)["out"]
+            noise = _input_noise(inst.lhs, inputs, runs[0], rng)
         except BlockbusterError:
             continue
         ran += 1
         with np.errstate(all="ignore"):
-            noise = np.abs(np.asarray(moved, np.float64) - runs[0])
             bad = compare_precisions(runs[0], runs[2], runs[1], runs[3], noise)
         if bad:
             return result(False, ran, f"{bad}\nwith {inst.description}\n{kind} inputs: "
