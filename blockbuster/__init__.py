@@ -55,7 +55,7 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
         from .dsl.loader import default_rules
         rules = default_rules()
     if verify_steps:
-        from .rewrite.verify_steps import StepVerifier
+        from .checks.verify_steps import StepVerifier
         step_check = StepVerifier(program)
     return fuse_program(program, rules, limits=limits, hardware=hardware,
                         step_check=step_check, progress=progress)

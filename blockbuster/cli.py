@@ -198,21 +198,28 @@ def load_rule_args(args: argparse.Namespace):
 
 
 def check_user_rules(rules, as_json: bool = False) -> int | None:
-    """``run --rules``: the soundness check of the user's own rules, before they are
-    used (cached). None when all are sound; else the report is printed and the exit
-    status returned."""
+    """``run --rules``: the soundness and stability check of the user's own rules,
+    before they are used (cached). None when none fails; else the report is printed
+    and the exit status returned."""
     from .rulecheck import check_user_rules as check
     findings, _cached = check(rules)
-    unsound = [f for f in findings if not f["sound"]]
-    if not unsound:
+    failed = [f for f in findings if f["failed"]]
+    if not failed:
         return None
-    for f in unsound:
-        print(f"{f['location']}: {f['rule']}: UNSOUND ({f['trials']} trials)\n"
-              f"    {f['detail']}", file=sys.stderr)
-    names = ", ".join(f["rule"] for f in unsound)
+    for f in failed:
+        print(f["text"], file=sys.stderr)
+    names = ", ".join(sorted({f["rule"] for f in failed}))
+    what = " or ".join(sorted({"unsound" if f["kind"] == "soundness" else "unstable"
+                               for f in failed}))
     if as_json:
-        print_json({"error": f"unsound rules in --rules: {names}", "unsound_rules": unsound})
+        print_json({"error": f"{what} rules in --rules: {names}", "unsound_rules": failed})
         return EXIT_VALIDATION_FAILED
+    n = len({f["rule"] for f in failed})
+    print(f"error: {n} rule{'s' if n > 1 else ''} of --rules "
+          f"{'are' if n > 1 else 'is'} {what} ({names}); fix "
+          f"{'them' if n > 1 else 'it'}, or pass --trust-rules to use "
+          f"{'them' if n > 1 else 'it'} anyway", file=sys.stderr)
+    return EXIT_VALIDATION_FAILED
     print(f"error: {len(unsound)} rule{'s' if len(unsound) > 1 else ''} of --rules "
           f"{'are' if len(unsound) > 1 else 'is'} unsound ({names}); fix "
           f"{'them' if len(unsound) > 1 else 'it'}, or pass --trust-rules to use "
@@ -223,8 +230,8 @@ def check_user_rules(rules, as_json: bool = False) -> int | None:
 def _verify_small_copy(args, rules, limits) -> int:
     """--verify-steps: fuse a small ragged copy of the workload, checking every step."""
     import blockbuster
+    from .checks.verify_steps import StepVerifier, small_sizes
     from .frontend.workloads import WORKLOADS
-    from .rewrite.verify_steps import StepVerifier, small_sizes
     full = build_program(args)
     sizes, blocks = small_sizes(full)
     own = WORKLOADS[args.workload].dims        # not the dimensions a workload derives
@@ -395,10 +402,11 @@ def add_rules(sub) -> None:
     p = sub.add_parser("rules", help="check or list .bbr rule files")
     rsub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
     check = rsub.add_parser("check", help="parse, statically check and verify the soundness "
-                                          "of every rule (exit 1 if one is unsound)")
+                                          "and numerical stability of every rule (exit 1 "
+                                          "if one is unsound or unstable)")
     check.add_argument("files", nargs="+", metavar="FILE")
-    check.add_argument("--trials", type=positive_int_arg, default=4, metavar="INT",
-                       help="well-typed instantiations tried per rule (default 4)")
+    check.add_argument("--trials", type=positive_int_arg, default=None, metavar="INT",
+                       help="random instances tried per rewrite rule (default 30)")
     check.add_argument("--seed", type=seed_arg, default=0, metavar="INT")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(func=cmd_rules_check)
@@ -410,18 +418,23 @@ def add_rules(sub) -> None:
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
     from .dsl.loader import load_rules
+    from .checks import DEFAULT_TRIALS
     from .rulecheck import check_rules
+    trials = DEFAULT_TRIALS if args.trials is None else args.trials
     rules = load_rules(*args.files)
-    findings = check_rules(rules, trials=args.trials, seed=args.seed)
-    unsound = [f for f in findings if not f.sound]
+    findings = check_rules(rules, trials=trials, seed=args.seed)
+    unsound = [f for f in findings if f.failed]
     if args.json:
         print_json({"rules": [{"rule": f.rule, "location": f.location, "sound": f.sound,
+                               "check": f.kind, "allowed": f.allowed,
                                "trials": f.trials, "detail": f.detail} for f in findings],
                     "unsound": len(unsound)})
     else:
         for f in findings:
             print(f)
-        print(f"{len(findings) - len(unsound)} sound, {len(unsound)} unsound")
+        counts = {k: sum(1 for f in unsound if f.kind == k) for k in ("soundness", "stability")}
+        print(f"{len(findings) - len(unsound)} ok, {counts['soundness']} unsound, "
+              f"{counts['stability']} unstable")
     return EXIT_VALIDATION_FAILED if unsound else EXIT_OK
 
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 from .dsl.ast import RuleDef, RuleSet
 from .dsl.loader import shipped_rulesets_dir
-# The checker (moving to blockbuster.checks.soundness): change this one import.
-from .rewrite import soundness as _checker
+from . import checks as _checks
+from .checks import DEFAULT_TRIALS, Finding
+from .checks import soundness as _soundness
+from .checks import stability as _stability
 
-Finding = _checker.Finding
 
-
-def check_rules(rules: RuleSet, trials: int = 4, seed: int = 0) -> list:
-    """A Finding per rule of ``rules`` (``rules check``)."""
-    return _checker.check_rules(rules, trials=trials, seed=seed)
+def check_rules(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0) -> list[Finding]:
+    """Soundness and stability findings of every rule of ``rules`` (``rules check``)."""
+    return _checks.check_rules(rules, trials=trials, seed=seed)
 
 
 def user_rules(rules: RuleSet) -> list[RuleDef]:
@@ -44,7 +44,8 @@ def cache_dir() -> Path:
 
 def _cache_key(rules: RuleSet, trials: int, seed: int) -> str:
     h = hashlib.sha256()
-    parts = [Path(_checker.__file__).read_bytes(), f"{trials}/{seed}".encode()]
+    parts = [Path(m.__file__).read_bytes() for m in (_soundness, _stability)]
+    parts.append(f"{trials}/{seed}".encode())
     parts += [Path(f).read_bytes() for f in sorted(set(rules.files)) if Path(f).is_file()]
     parts += [r.text.encode() for r in rules.rules.values()]   # rules loaded from text
     for part in parts:
@@ -52,23 +53,31 @@ def _cache_key(rules: RuleSet, trials: int, seed: int) -> str:
     return h.hexdigest()[:32]
 
 
-def check_user_rules(rules: RuleSet, trials: int = 4, seed: int = 0,
+def check_user_rules(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0,
                      directory: Path | None = None) -> tuple[list[dict], bool]:
-    """Findings (as dicts: rule, location, sound, trials, detail) for the user's rules
-    of ``rules``, and whether they came from the cache."""
+    """Findings (as dicts: rule, location, kind, sound, failed, trials, detail, text) for
+    the user's rules of ``rules``, soundness then stability, and whether they came
+    from the cache."""
     path = (directory or cache_dir()) / f"{_cache_key(rules, trials, seed)}.json"
     try:
         return json.loads(path.read_text()), True
     except (OSError, ValueError):
         pass
-    programs = None
-    findings = []
-    for rule in user_rules(rules):
-        if rule.kind != "rewrite" and programs is None:
-            programs = _checker.check_programs()
-        f = _checker.check_rule(rule, trials, seed, programs, rules)
-        findings.append({"rule": f.rule, "location": f.location, "sound": bool(f.sound),
-                         "trials": f.trials, "detail": f.detail})
+    mine = user_rules(rules)
+    found: list[Finding] = []
+    states = None
+    for rule in mine:
+        if rule.kind == "action" and states is None:
+            states = _soundness.action_states(_soundness.check_programs(seed), rules, seed)
+        found.append(_soundness.check_rule(rule, trials, seed, None, rules, states))
+    for rule in mine:
+        if rule.kind == "rewrite":
+            allowed = bool(_stability.unsafe_reason(rule.loc.file))
+            found.append(_stability.check_rule_stability(rule, _stability.STABILITY_TRIALS,
+                                                         seed, allowed))
+    findings = [{"rule": f.rule, "location": f.location, "kind": f.kind,
+                 "sound": bool(f.sound), "failed": bool(f.failed), "trials": f.trials,
+                 "detail": f.detail, "text": str(f)} for f in found]
     try:                        # a cache that cannot be written only costs time
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -8,7 +8,7 @@ import pytest
 
 import blockbuster
 from blockbuster.frontend.workloads import workload
-from blockbuster.rewrite.verify_steps import StepChangedOutputs, StepVerifier, small_sizes
+from blockbuster.checks.verify_steps import StepChangedOutputs, StepVerifier, small_sizes
 
 DERIVATIONS = [("attention", dict(N=13, S=11, D=6), dict(N=4, S=4, D=4)),
                ("layernorm_matmul", dict(M=9, K=11, N=7), dict(M=4, K=4, N=4)),
@@ -61,3 +61,14 @@ def test_cli_refuses_to_overwrite_a_rule_file_with_dot(tmp_path):
                           "--size", "N=10", "--dot", str(rules)], capture_output=True, text=True)
     assert out.returncode == 2 and "refusing to overwrite" in out.stderr
     assert rules.read_text() == "rule r: neg(neg(x)) => x\n"
+
+
+@pytest.mark.parametrize("name", ["llama_block", "attention", "layernorm_matmul",
+                                  "rmsnorm_ffn_swiglu"])
+def test_small_sizes_build_every_workload(name):
+    """llama_block derives QD, KD, HD, H and G and needs E to split into even heads."""
+    full = workload(name)
+    sizes, blocks = small_sizes(full)
+    small = workload(name, blocks=blocks, **sizes)
+    assert {d.name for d in small.dims} == {d.name for d in full.dims}
+    assert sum(d.size for d in small.dims) < sum(d.size for d in full.dims)

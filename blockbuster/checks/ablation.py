@@ -8,7 +8,7 @@ import attrs
 from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Program
-from .engine import fuse
+from ..rewrite.engine import fuse
 
 
 @attrs.frozen

@@ -3,7 +3,7 @@ workloads fuse into (kernels or global bytes). Run with -s to see the table."""
 
 from blockbuster.dsl.loader import default_rules
 from blockbuster.frontend.workloads import workload
-from blockbuster.rewrite.ablation import ablation_table, format_ablation
+from blockbuster.checks.ablation import ablation_table, format_ablation
 
 PROGRAMS = {
     "attention": workload("attention", N=512),

@@ -1,0 +1,28 @@
+"""Tools that judge rules and rewriting: soundness and numerical stability of rules
+(``rules check``), validation of every fusion step, ablations.
+
+``check_rules(ruleset, trials=..., seed=...)`` is the entry point used before a rule
+file is trusted: a list of :class:`Finding` (one soundness finding per rule, one
+stability finding per rewrite rule); ``finding.failed`` says whether it must stop
+the rule set.
+"""
+
+from __future__ import annotations
+
+from ..dsl.ast import RuleSet
+from .findings import Finding
+from .soundness import DEFAULT_TRIALS, check_rule, check_soundness
+from .stability import STABILITY_TRIALS, UNSAFE_RULESETS, check_stability
+
+__all__ = ["Finding", "check_rules", "check_rule", "check_soundness", "check_stability",
+           "UNSAFE_RULESETS", "DEFAULT_TRIALS"]
+
+
+def check_rules(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0,
+                stability: bool = True) -> list[Finding]:
+    """Soundness findings of every rule, then stability findings of rewrite rules.
+    ``trials`` is the number of instances per rewrite rule for soundness."""
+    findings = check_soundness(rules, trials, seed)
+    if stability:
+        findings += check_stability(rules, STABILITY_TRIALS, seed)
+    return findings
