@@ -32,6 +32,7 @@ from ..ir.program import Kernel, Program, Store
 from ..ir.types import ArrayType, Dim, GlobalArray
 from ..ir.verify import verify
 from ..rewrite.guards import GUARD_IMPLS, RuleContext
+from ..rewrite.subst import unshadow
 from ..rewrite.matcher import compile_pattern, instantiate
 from .patterns import CANDIDATE_TYPES, TILES, MalformedRule, PatternInfo, TypeSampler, analyse
 
@@ -44,7 +45,12 @@ RANGE_KINDS = ("empty", 1, 2, 3, 4, 5, 6, 7, "sub", "dependent", "dependent_inne
 #: Guards about values and structure; the others (cost model, arrays) cannot make a
 #: rewrite unsound, so the checker takes them as holding.
 SEMANTIC_GUARDS = {"invariant", "depends", "scalar", "vector", "block", "constant",
-                   "bounds_invariant"}
+                   "bounds_invariant", "whole", "reduces_over", "weights_only"}
+
+
+def _guarded(rule: RuleDef, name: str) -> list[tuple]:
+    """The arguments of every un-negated guard ``name`` of ``rule``."""
+    return [g.args for g in rule.guards if g.name == name and not g.negated]
 
 
 # --------------------------------------------------------------------- trials
@@ -127,6 +133,11 @@ class InstanceBuilder:
         kernel_var = {a: f"__o{n}" for n, a in enumerate(axes) if axes.count(a) == 1}
 
         loop_dims, bindings, ranges_text = {}, {}, []
+        # Guards the instance is built to satisfy: whole(R) ranges; a value x with
+        # reduces_over(x, R) is a sum over R; weights_only(x) reads a weight.
+        whole = {args[0] for args in _guarded(self.rule, "whole")}
+        reduced = {args[0]: args[1] for args in _guarded(self.rule, "reduces_over")}
+        weights_only = {args[0] for args in _guarded(self.rule, "weights_only")}
         for var, rname, kind in info.binders:
             bindings[var] = var
             if rname in bindings:
@@ -136,7 +147,7 @@ class InstanceBuilder:
             dim = Dim(self.sampler.range_dims[rname], size, 1, point=True)
             loop_dims[rname] = dim
             lo = hi = None
-            if kind != "map":
+            if kind != "map" and rname not in whole:
                 scope = [OUTER] + sorted(v for v, _ in info.range_scopes.get(rname, ()))
                 if draw == "empty":
                     lo = hi = IConst(rng.randint(0, size))
@@ -171,12 +182,17 @@ class InstanceBuilder:
                     deps.append((var, loop_dims[rname].name))
             if rng.random() < 0.5:
                 deps.append((OUTER, "I"))
+            if name in reduced:                 # summed over its own copy of range R
+                deps.insert(0, ("__red", loop_dims[reduced[name]].name))
             array = GlobalArray(f"in_{name}", tuple(d for _, d in deps) + typ.axes)
             index = [IVar(v) for v, _ in deps]
             index += [IVar(kernel_var[a]) if a in kernel_var else IConst(picks[a])
                       for a in typ.axes]
             arrays.append(array)
             bindings[name] = E.load(array.name, *index)
+            if name in reduced:
+                dim_name, lo, hi = bindings[reduced[name]]
+                bindings[name] = E.reduce("sum", "__red", dim_name, bindings[name], lo=lo, hi=hi)
             inputs_text.append(f"{name}: {typ}" + (f" (varies with {', '.join(v for v, _ in deps)})"
                                                    if deps else ""))
         if len(axes) == 0:
@@ -190,7 +206,9 @@ class InstanceBuilder:
         def program(value: Expr) -> Program:
             kernel = Kernel("k", tuple(loops), (Store("out", store_index, value),))
             return Program("check", tuple(dims.values()), tuple(arrays) + (out,),
-                           tuple(a.name for a in arrays), ("out",), (kernel,))
+                           tuple(a.name for a in arrays), ("out",), (kernel,),
+                           tuple(f"in_{n}" for n in sorted(weights_only)
+                                 if any(a.name == f"in_{n}" for a in arrays)))
 
         lhs_value = instantiate(self.rule.lhs, bindings)
         try:
@@ -205,7 +223,11 @@ class InstanceBuilder:
                        + ("; ranges " + ", ".join(ranges_text) if ranges_text else "")
                        + "; " + "; ".join(inputs_text))
         try:
-            rhs_value = instantiate(self.rule.rhs, bindings)
+            # A replacement may rebind a matched loop variable inside its own binder
+            # (``sum(k in R[: 1]: ...)`` within ``sum(k in R: ...)``): renamed, as the
+            # engine does after a step.
+            rhs_value = unshadow(instantiate(self.rule.rhs, bindings),
+                                 frozenset(v for v, _ in loops))
             rhs = verify(program(rhs_value))     # the store checks its type too
         except IRError as err:
             return Instance(lhs, None, str(err), match, description)

@@ -57,7 +57,6 @@ def test_a_rule_that_only_cancels_a_common_factor_is_stable():
     assert check_rule_stability(rules.rules["ratio_cancel"]).sound
 
 
-@pytest.mark.xfail(strict=True, reason="lead removes exp_rowshift")
 def test_the_default_set_has_no_unstable_rule():
     rules = load_rules(shipped_rulesets_dir() / "default.bbr")
     flagged = [f.rule for f in check_stability(rules) if f.failed]
