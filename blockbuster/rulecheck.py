@@ -70,8 +70,9 @@ def check_user_rules(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0
         if rule.kind == "action" and states is None:
             states = _soundness.action_states(_soundness.check_programs(seed), rules, seed)
         found.append(_soundness.check_rule(rule, trials, seed, None, rules, states))
-    for rule in mine:
-        if rule.kind == "rewrite":
+    unsound = {f.rule for f in found if not f.sound}
+    for rule in mine:       # stability is asked of sound rewrite rules only
+        if rule.kind == "rewrite" and rule.name not in unsound:
             allowed = bool(_stability.unsafe_reason(rule.loc.file))
             found.append(_stability.check_rule_stability(rule, _stability.STABILITY_TRIALS,
                                                          seed, allowed))

@@ -29,12 +29,12 @@ def private_cache(tmp_path, monkeypatch):
 def checked(monkeypatch):
     """The names of the rules the checker is asked about."""
     names: list[str] = []
-    real = rulecheck._checker.check_rule
+    real = rulecheck._soundness.check_rule
 
     def spy(rule, *args, **kwargs):
         names.append(rule.name)
         return real(rule, *args, **kwargs)
-    monkeypatch.setattr(rulecheck._checker, "check_rule", spy)
+    monkeypatch.setattr(rulecheck._soundness, "check_rule", spy)
     return names
 
 
@@ -52,7 +52,7 @@ def test_an_unsound_user_rule_is_refused_with_its_report(tmp_path, capsys, monke
     assert out == ""
     lines = err.splitlines()
     assert lines[0].startswith(f"{path}:3:6: exp_split: UNSOUND")
-    assert "counterexample" in lines[1]
+    assert "counterexample" in err
     assert lines[-1] == ("error: 1 rule of --rules is unsound (exp_split); fix it, or pass "
                          "--trust-rules to use it anyway")
     assert "Traceback" not in err
@@ -100,4 +100,4 @@ def test_rules_check_still_checks_every_rule_of_a_file(tmp_path, capsys):
                            "rule good: neg(neg(x)) => x\n")
     assert cli.main(["rules", "check", path]) == 1
     out = capsys.readouterr().out
-    assert "bad: UNSOUND" in out and "good: ok" in out and out.endswith("1 sound, 1 unsound\n")
+    assert "bad: UNSOUND" in out and "good: ok" in out and out.endswith("2 ok, 1 unsound, 0 unstable\n")
