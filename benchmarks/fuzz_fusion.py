@@ -501,6 +501,14 @@ def fuzz(programs: int, backends: list[str], seed: int, max_ops: int = 10,
     return report
 
 
+def fuse_times(report: Report) -> str:
+    ts = np.array(report.fuse_seconds)
+    if not ts.size:
+        return "fuse time: -"
+    return (f"fuse time (wall): median {np.median(ts) * 1e3:.1f} ms, p95 "
+            f"{np.percentile(ts, 95) * 1e3:.1f} ms, max {ts.max() * 1e3:.1f} ms")
+
+
 def describe(spec: Spec) -> str:
     try:
         return bb.format_program(build_program(spec)[0])
@@ -527,22 +535,20 @@ def main(argv=None) -> int:
             return 2
     start = time.perf_counter()
 
+    every = 10 if args.programs <= 500 else 50
+
     def progress(done, report):
-        if done % 50 == 0 or done == args.programs:
+        if done % every == 0 or done == args.programs:
             bad = ", ".join(f"{c} {n}" for c, n in report.counts.items() if n)
-            print(f"  {done}/{args.programs} programs, {time.perf_counter() - start:.0f} s"
-                  f"{'; ' + bad if bad else ''}", flush=True)
+            print(f"  {done}/{args.programs} programs, {time.perf_counter() - start:.0f} s; "
+                  f"{fuse_times(report)}{'; ' + bad if bad else ''}", flush=True)
 
     report = fuzz(args.programs, backends, args.seed, args.max_ops, progress)
     print(f"\n{report.programs} programs on {', '.join(backends)} (seed {args.seed}), "
           f"scales {', '.join(SCALES)}:")
     for cls in CLASSES:
         print(f"  {cls:<14}{report.counts[cls]:>6}")
-    ts = np.array(report.fuse_seconds)
-    if ts.size:
-        print(f"fuse time: median {np.median(ts) * 1e3:.1f} ms, p95 "
-              f"{np.percentile(ts, 95) * 1e3:.1f} ms, max {ts.max() * 1e3:.1f} ms "
-              f"({ts.size} programs)")
+    print(fuse_times(report))
     for cls, (pseed, spec, failure) in report.first.items():
         small = spec if args.no_minimise else minimise(spec, failure, backends, pseed)
         print(f"\n== {cls}: program seed {pseed}, backend {failure.backend}, "
