@@ -405,7 +405,9 @@ def _check_scale(spec, names, runs, backend, scale, seed, fail):
         ulp = EPS32 * mag
         e_unf, e_fus, e_np = _err(unf, t, mask), _err(fus, t, mask), _err(np32[i], t, mask)
         base = max(e_unf, e_np)
-        if e_unf > 16 * e_np + 16 * ulp:
+        # A block program sums block by block where NumPy sums pairwise: a few times
+        # less accurate is float32 rounding; a lowering bug is far beyond this.
+        if e_unf > 16 * e_np + 256 * ulp:
             fail("unfused_wrong", backend, scale,
                  f"output {name}: unfused error {e_unf:.3g}, NumPy float32 {e_np:.3g}, "
                  f"magnitude {mag:.3g}")

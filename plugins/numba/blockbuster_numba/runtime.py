@@ -19,8 +19,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-#: Fast-math flags of every generated function: reassociation lets reductions
-#: vectorise; nothing else, so results follow IEEE as NumPy's do (README, "Non-finite
+#: Fast-math flags of every generated function: only ``nsz`` (the sign of a zero),
+#: so results follow IEEE as NumPy's do (README, "Non-finite
 #: values and fast math"). ``nnan``/``ninf`` stay off: the online softmax and
 #: ``keep_ge`` masks rely on -inf (exp(-inf) = 0, max(-inf, x) = x) and non-finite
 #: inputs must propagate. ``contract`` stays off: ``fma(x, x, -mean)`` is not 0 where
@@ -28,7 +28,12 @@ from numba.extending import intrinsic
 #: 0.95 instead of 1). ``arcp``/``afn`` stay off: LLVM turns ``1/sqrt(y)`` into an
 #: rsqrt estimate whose Newton step computes ``inf*0 = nan`` for y = inf. Measured
 #: cost of dropping contract and arcp: none above noise (benchmarks/bench_numba.py).
-FASTMATH = frozenset({"reassoc", "nsz"})
+#: ``reassoc`` stays off too: it lets LLVM turn ``(x - m) - c`` into ``x - (m + c)``,
+#: which loses the exact cancellation of ``x - m`` (a fused log-softmax at inputs of
+#: 1e3 had 100x the unfused error; found by benchmarks/fuzz_fusion.py). Its cost: the
+#: in-block sums no longer vectorise as freely (fused attention at N=2048 went from 72
+#: to 103 ms in one measurement; the matmul workloads are BLAS-bound: no change).
+FASTMATH = frozenset({"nsz"})
 
 #: The exp polynomial must not be reassociated: Cody-Waite range reduction relies on
 #: the order of ``x - k*C1 - k*C2``. Only fused multiply-adds are allowed in it.
