@@ -305,15 +305,21 @@ class Evaluator:
         # Chan et al.'s parallel update: merge each block's (count, mean, M2) into the
         # running one, never forming E[x^2] - E[x]^2 (catastrophic for large means).
         # Passengers (bodies after the head x) are plain sums.
+        # Means are kept in a frame shifted by each row's first element: a mean of
+        # 1e3-sized values rounds at ulp(1e3), and the merge term delta² would carry
+        # that error to first order; shifted means are O(σ).
         n = 0
-        mean = s = q = sums = None
+        mean = s = q = sums = shift = None
         for j in blocks:
             inner = _bind(env, node.attr.var, j)
             x = self.value(node.args[0], inner)
             values = [self.value(t, inner) for t in node.args[1:]]
             n_b = x.shape[1]
-            mean_b = x.mean(axis=1)
-            q_b = np.square(x - mean_b[:, None]).sum(axis=1)
+            if shift is None:
+                shift = x[:, :1].copy()
+            xs = x - shift
+            mean_b = xs.sum(axis=1) / np.asarray(n_b, x.dtype)
+            q_b = np.square(xs - mean_b[:, None]).sum(axis=1)
             if mean is None:
                 n, mean, s, q, sums = n_b, mean_b, x.sum(axis=1), q_b, values
                 continue

@@ -1176,9 +1176,13 @@ class KernelGenerator:
             outs = [Block((), name=nsum, frame=frame), Block(rows, name=s, frame=frame),
                     Block(rows, name=q, frame=frame)]
             return outs + [self.value(t, inner) for t in node.args[1:]]
+        # Block means are merged in a frame shifted by the row's first element: a mean
+        # of 1e3-sized values rounds at ulp(1e3), and Chan's merge term (delta²) would
+        # carry that error to first order; shifted means are O(σ) (as the reference).
         acc_rows = acc_axes(rows)
+        shift, sx = self.names.fresh("mv_shift"), self.names.fresh("xk")
         frame.lines.append(f"{nsum} = ZERO  # elements per row so far")
-        for v in (mean, s, q):
+        for v in (mean, s, q, shift):
             frame.lines.append(f"{v} = np.zeros({self.shape(acc_rows)}, DT)")
         w1, w2, tot = (self.names.fresh(h) for h in ("w_new", "w_cross", "n_tot"))
         lines.append(f"{nb} = DT({self.ext(cols)})")
@@ -1187,13 +1191,17 @@ class KernelGenerator:
         lines.append(f"{w2} = {nsum} * {nb} / {tot}")
         lines.append(f"for r in range({self.loop_len(rows[0])}):")
         lines.extend(_indent([
+            f"if {nsum} == ZERO:",
+            f"    {shift}[r] = {xs}[r, 0]",
             f"{sb} = ZERO",
+            f"{mb} = ZERO",
             f"for c in range({self.loop_len(cols)}):",
             f"    {sb} += {xs}[r, c]",
-            f"{mb} = {sb} / {nb}",
+            f"    {mb} += {xs}[r, c] - {shift}[r]",
+            f"{mb} = {mb} / {nb}",
             f"{qb} = ZERO",
             f"for c in range({self.loop_len(cols)}):",
-            f"    {dv} = {xs}[r, c] - {mb}",
+            f"    {dv} = ({xs}[r, c] - {shift}[r]) - {mb}",
             f"    {qb} += {dv} * {dv}",
             f"{delta} = {mb} - {mean}[r]",
             f"{mean}[r] += {delta} * {w1}",
