@@ -183,7 +183,18 @@ def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
             return whole
         selected = Selector(rules, hardware, limits, max_kernels, progress).select(
             program, budget)
-        return attrs.evolve(selected, fallback=(
+        return _never_worse(attrs.evolve(selected, fallback=(
             "fusing the whole program did not pay (cost-model objective or per-call bytes "
-            "grew): kept only the pieces whose fusion pays"))
-    return Selector(rules, hardware, limits, max_kernels, progress).select(program)
+            "grew): kept only the pieces whose fusion pays")), program, hardware)
+    selected = Selector(rules, hardware, limits, max_kernels, progress).select(program)
+    return _never_worse(selected, program, hardware)
+
+
+def _never_worse(result: FusionResult, program: Program, hardware) -> FusionResult:
+    """``result``, or the unfused program when the chosen cover is worse than it (the
+    cover minimises the objective piece by piece; per-call bytes may still grow)."""
+    if _not_worse(result.program, program, hardware):
+        return result
+    return attrs.evolve(result, program=program, pieces=(), fallback=(
+        "no fusion paid (cost-model objective or per-call bytes grew): the program is "
+        "kept unfused"))
