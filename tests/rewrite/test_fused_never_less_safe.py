@@ -222,3 +222,23 @@ def test_a_subtracted_column_offset_stays_inside_the_matmul(backend, M, N, block
     errs = [float(np.max(np.abs(bb.compile(p, backend=backend)(X=X, v=v_, W=W)["Y"] - ref)))
             for p in (program, fused)]
     assert errs[1] <= max(4 * errs[0], 1e-4), errs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_weight_offset_times_a_per_call_matrix_is_not_distributed(backend):
+    """(x - 1·wᵀ)·(x - 1·wᵀ)ᵀ with a weight w ≈ x ≈ 1e3 (found by the fuzzer on Numba):
+    wᵀb is weight preparation only when b is a weight too."""
+    g = GraphBuilder("gram")
+    g.dim("M", 13, 8)
+    x, w = g.input("X", "M", "M"), g.weight("w", "M")
+    centred = g.binary("sub", x, w, along="cols")
+    program = g.build(g.matmul(centred, centred, transpose_b=True, name="G"))
+    fused = bb.fuse(program).program
+    rng = np.random.default_rng(12)
+    X = (rng.standard_normal((13, 13)) + 1e3).astype(np.float32)
+    w_ = (rng.standard_normal(13) + 1e3).astype(np.float32)
+    c = X.astype(np.float64) - w_.astype(np.float64)
+    ref = c @ c.T
+    errs = [float(np.max(np.abs(bb.compile(p, backend=backend)(X=X, w=w_)["G"] - ref)))
+            for p in (program, fused)]
+    assert errs[1] <= max(4 * errs[0], 1e-4), errs
