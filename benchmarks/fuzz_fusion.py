@@ -31,7 +31,6 @@ smaller dimensions) and printed. The fuse time of every program is summarised.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 import traceback

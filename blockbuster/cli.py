@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from typing import Callable, Sequence
 
+from .cli_args import (check_output_path, parse_assignments, positive_int_arg,  # noqa: F401
+                       seconds_arg, seed_arg, write_new_file)
 from .errors import BlockbusterError, SourceError, UsageError
 
 EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -30,58 +31,6 @@ EXIT_BROKEN_PIPE = 128 + 13          # what a shell reports for a process killed
 # ---------------------------------------------------------------------------
 # Shared argument helpers
 # ---------------------------------------------------------------------------
-
-def parse_assignments(items: Sequence[str] | None, flag: str) -> dict[str, int]:
-    """``["N=200", "D=32"]`` -> ``{"N": 200, "D": 32}``. Parsed here rather than by
-    argparse so a malformed value is a one-line ``error:`` like every other mistake.
-    Positivity is checked by the workload, the one place that knows the dimensions."""
-    out: dict[str, int] = {}
-    for item in items or ():
-        name, sep, value = (part.strip() for part in item.partition("="))
-        if not sep or not name or not value:
-            raise UsageError(f"{flag} expects DIM=INT, got '{item}'")
-        try:
-            number = int(value)
-        except ValueError:
-            raise UsageError(f"{flag} {name}: '{value}' is not an integer") from None
-        if name in out:
-            raise UsageError(f"{flag}: dimension {name} is given twice")
-        out[name] = number
-    return out
-
-
-def seed_arg(text: str) -> int:
-    """argparse type of ``--seed``: NumPy seeds are non-negative integers."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seed is a non-negative integer, got {value}")
-    return value
-
-
-def positive_int_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def seconds_arg(text: str) -> float:
-    """A positive, finite number of seconds (``nan`` and ``inf`` are not limits)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number of seconds, "
-                                         f"got {text}")
-    return value
-
 
 def add_program_args(p: argparse.ArgumentParser) -> None:
     """WORKLOAD [--size DIM=INT]... [--block DIM=INT]..."""
@@ -97,37 +46,6 @@ def build_program(args: argparse.Namespace):
     import blockbuster
     return blockbuster.workload(args.workload, blocks=parse_assignments(args.block, "--block"),
                                 **parse_assignments(args.size, "--size"))
-
-
-def check_output_path(path: str, allowed: tuple = (), flag: str = "") -> None:
-    """Refuse, before any work is done, an output file that ``write_new_file`` would
-    refuse or could not write: a protected name, a directory, a missing or read-only
-    folder."""
-    from pathlib import Path
-    target = Path(path)
-    what = f"{flag} {path}" if flag else path
-    protected = {".bbr", ".lark", ".py"} - set(allowed)
-    if target.suffix in protected or (target.suffix in allowed and target.exists()):
-        raise UsageError(f"refusing to overwrite {what}: choose a new file name")
-    if target.is_dir():
-        raise UsageError(f"{what} is a directory, not a file name")
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise UsageError(f"cannot write {what}: no such directory {folder}")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UsageError(f"cannot write {what}: permission denied")
-
-
-def write_new_file(path: str, text: str, allowed: tuple = ()) -> None:
-    """Write an output file; never overwrite a rule file, a grammar or a program the
-    user wrote by mistake."""
-    from pathlib import Path
-    target = Path(path)
-    check_output_path(path, allowed)
-    try:
-        target.write_text(text)
-    except OSError as err:
-        raise UsageError(f"cannot write {path}: {err.strerror}") from None
 
 
 def print_json(obj) -> None:
@@ -219,11 +137,6 @@ def check_user_rules(rules, as_json: bool = False) -> int | None:
           f"{'are' if n > 1 else 'is'} {what} ({names}); fix "
           f"{'them' if n > 1 else 'it'}, or pass --trust-rules to use "
           f"{'them' if n > 1 else 'it'} anyway", file=sys.stderr)
-    return EXIT_VALIDATION_FAILED
-    print(f"error: {len(unsound)} rule{'s' if len(unsound) > 1 else ''} of --rules "
-          f"{'are' if len(unsound) > 1 else 'is'} unsound ({names}); fix "
-          f"{'them' if len(unsound) > 1 else 'it'}, or pass --trust-rules to use "
-          f"{'them' if len(unsound) > 1 else 'it'} anyway", file=sys.stderr)
     return EXIT_VALIDATION_FAILED
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from blockbuster.checks import check_rules
 from blockbuster.checks.soundness import check_rule, check_rewrite, mismatch
 from blockbuster.dsl.loader import load_rules, load_rules_text, shipped_rulesets_dir
 from blockbuster.ir.index import IConst

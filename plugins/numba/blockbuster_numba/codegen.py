@@ -1180,7 +1180,7 @@ class KernelGenerator:
         # of 1e3-sized values rounds at ulp(1e3), and Chan's merge term (delta²) would
         # carry that error to first order; shifted means are O(σ) (as the reference).
         acc_rows = acc_axes(rows)
-        shift, sx = self.names.fresh("mv_shift"), self.names.fresh("xk")
+        shift = self.names.fresh("mv_shift")
         frame.lines.append(f"{nsum} = ZERO  # elements per row so far")
         for v in (mean, s, q, shift):
             frame.lines.append(f"{v} = np.zeros({self.shape(acc_rows)}, DT)")
