@@ -240,3 +240,26 @@ def test_a_weight_offset_times_a_per_call_matrix_is_not_distributed(backend):
     errs = [float(np.max(np.abs(bb.compile(p, backend=backend)(X=X, w=w_)["G"] - ref)))
             for p in (program, fused)]
     assert errs[1] <= max(4 * errs[0], 1e-4), errs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rms_of_data_minus_a_close_weight_offset_stays_exact(backend):
+    """RMSNorm of (x - w), w a per-row weight ≈ x ≈ 1e3 (found by the fuzzer): Chan's
+    form would compute mean(x) - w at the scale of the data; it is only used for a
+    centre that is the row's own mean."""
+    g = GraphBuilder("rms_offset")
+    g.dim("K", 19, 8)
+    g.dim("M", 21, 8)
+    x, w, gain = g.input("X", "K", "M"), g.weight("w", "K"), g.weight("g", "M")
+    program = g.build(g.binary("mul", g.rms_norm(g.binary("sub", x, w), gain, 1e-6), 1.0,
+                               name="Y"))
+    fused = bb.fuse(program).program
+    rng = np.random.default_rng(13)
+    X = (rng.standard_normal((19, 21)) + 1e3).astype(np.float32)
+    w_ = (rng.standard_normal(19) + 1e3).astype(np.float32)
+    g_ = (rng.standard_normal(21) + 1e3).astype(np.float32)
+    c = X.astype(np.float64) - w_.astype(np.float64)[:, None]
+    ref = c / np.sqrt(np.mean(c * c, axis=1, keepdims=True) + 1e-6) * g_.astype(np.float64)
+    errs = [float(np.max(np.abs(bb.compile(p, backend=backend)(X=X, w=w_, g=g_)["Y"] - ref)))
+            for p in (program, fused)]
+    assert errs[1] <= max(4 * errs[0], 1e-4), errs
