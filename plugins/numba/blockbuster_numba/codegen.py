@@ -47,6 +47,7 @@ from blockbuster.ir.printer import format_expr, format_kernel, format_float
 from blockbuster.ir.program import Kernel, Program, Store
 from blockbuster.ir.types import Dim
 
+from .lowering import BINARY_CODE, CHEAP, INBLOCK, MODULE_NAMES, UNARY_CODE
 from .runtime import FASTMATH, HELPERS
 
 #: A kernel's parallel loop covers enough of its outer loops to split evenly over the
@@ -56,43 +57,6 @@ ITERATIONS_PER_THREAD = 4
 #: Below this much work (FLOPs plus bytes moved, from the cost model) a kernel runs on
 #: one thread: a parallel region costs more than it saves, and compiles 3x slower.
 PARALLEL_MIN_WORK = 4e6
-
-#: In-block reductions: computed in the loop that materialises their operand.
-_INBLOCK = ("rowsum", "rowmax", "colsum", "colmax")
-
-#: Elementwise operators cheap enough to recompute rather than store when a value
-#: is used twice: one arithmetic operation on values already in registers or memory.
-_CHEAP = frozenset({"neg", "add", "sub", "mul", "max", "min", "rowscale", "rowshift",
-                    "colscale", "colshift", "outer", "transpose", "pos"})
-
-_UNARY_CODE = {
-    "neg": "(-{0})",
-    "exp": "exp_({0})",
-    "log": "math.log({0})",
-    "recip": "(ONE / {0})",
-    "sqrt": "math.sqrt({0})",
-    "rsqrt": "(ONE / math.sqrt({0}))",
-    "square": "square_({0})",
-    "abs": "abs({0})",
-    "silu": "silu_({0})",
-    "sigmoid": "sigmoid_({0})",
-    "tanh": "math.tanh({0})",
-    "ones": "ONE",
-}
-_BINARY_CODE = {
-    "add": "({0} + {1})",
-    "sub": "({0} - {1})",
-    "mul": "({0} * {1})",
-    "div": "({0} / {1})",
-    "max": "maximum_({0}, {1})",
-    "min": "minimum_({0}, {1})",
-}
-
-#: Names the generated module defines or imports; never used for locals.
-_MODULE_NAMES = {"np", "math", "njit", "prange", "DT", "ONE", "ZERO", "NEG_INF", "exp_",
-                 "sigmoid_", "silu_", "square_", "maximum_", "minimum_", "opaque_", "FASTMATH", "run", "KERNELS", "r", "c",
-                 "range", "min", "max", "abs", "len", "print", "inputs", "it"}
-
 
 def _shape_text(items) -> str:
     items = [str(i) for i in items]
@@ -109,7 +73,7 @@ class Namer:
 
     def __init__(self, taken=(), parent: "Namer | None" = None, avoid: set | None = None,
                  record: set | None = None):
-        self.taken = set(taken) | _MODULE_NAMES
+        self.taken = set(taken) | MODULE_NAMES
         self.parent = parent
         self.avoid = avoid if avoid is not None else set()      # names used elsewhere
         self.record = record if record is not None else set()   # where to note ours
@@ -697,11 +661,11 @@ class KernelGenerator:
                                    f"in `{format_expr(node)[:80]}`")
         if op == "dot":
             return self.emit_dot(args, frame)
-        if op in _INBLOCK:
+        if op in INBLOCK:
             return self.emit_inblock_reduce(node, args[0], frame)
-        if op in _UNARY_CODE:
+        if op in UNARY_CODE:
             axes = args[0].axes
-        elif op in _BINARY_CODE:
+        elif op in BINARY_CODE:
             axes = args[0].axes if args[0].rank else args[1].axes
         elif op in ("rowscale", "rowshift", "colscale", "colshift"):
             axes = args[1].axes
@@ -778,7 +742,7 @@ class KernelGenerator:
 
     # -- elementwise code ---------------------------------------------------------------
     def cheap(self, v: Block) -> bool:
-        if v.node is None or v.node.op not in _CHEAP:
+        if v.node is None or v.node.op not in CHEAP:
             return False
         return all(not a.lazy or (a.node is not None and a.node.op == "pos") for a in v.args)
 
@@ -807,10 +771,10 @@ class KernelGenerator:
         def arg(i, ix):
             return self.ew(a[i], ix, nest)
 
-        if op in _UNARY_CODE:
-            return _UNARY_CODE[op].format(arg(0, idx))
-        if op in _BINARY_CODE:
-            return _BINARY_CODE[op].format(arg(0, idx if a[0].rank else ()),
+        if op in UNARY_CODE:
+            return UNARY_CODE[op].format(arg(0, idx))
+        if op in BINARY_CODE:
+            return BINARY_CODE[op].format(arg(0, idx if a[0].rank else ()),
                                            arg(1, idx if a[1].rank else ()))
         if op == "rowscale":
             return f"({arg(0, idx[:1])} * {arg(1, idx)})"
@@ -875,7 +839,7 @@ class KernelGenerator:
         reds = [want] if want is not None else []
         if v.rank == 2:
             for p in self.parents.get(v.node, ()):
-                if p.op in _INBLOCK and p is not want and p.args[0] is v.node \
+                if p.op in INBLOCK and p is not want and p.args[0] is v.node \
                         and self.memo_key(p, v.frame) not in v.frame.memo:
                     reds.append(p)
         lines.append(f"{name} = np.empty({self.shape(v.axes)}, DT)")
