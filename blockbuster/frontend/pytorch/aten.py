@@ -1,0 +1,393 @@
+"""One handler per ATen operator: what each becomes in the block program.
+
+A handler gets the lowering (``low``: its kernel emitter ``low.k`` and dimension
+planner ``low.planner``), the FX node and the node's arguments with tensors already
+lowered to :class:`~.values.Value` objects. Views return new views (no kernel);
+everything else emits the kernels of the unfused program.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...ir import expr as E
+from . import values as V
+from .dims import ImportError_
+from .values import Value, scalar
+
+HANDLERS: dict = {}
+
+
+def handles(*targets):
+    def register(fn):
+        for t in targets:
+            HANDLERS[f"aten.{t}"] = fn
+        return fn
+    return register
+
+
+def _value(x) -> Value:
+    if isinstance(x, Value):
+        return x
+    if isinstance(x, (int, float, bool)):
+        return scalar(float(x))
+    raise ImportError_(f"unsupported argument {x!r}")
+
+
+# --- elementwise -----------------------------------------------------------------------
+
+def _ew(op):
+    def handler(low, node, *args, **kwargs):
+        return low.k.elementwise(op, [_value(a) for a in args[:_ARITY[op]]], node.name)
+    return handler
+
+
+_ARITY = {"neg": 1, "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "erf": 1,
+          "sigmoid": 1, "relu": 1, "abs": 1, "recip": 1, "silu": 1, "square": 1,
+          "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2,
+          "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "where": 3}
+
+for _name, _op in [("neg", "neg"), ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"),
+                   ("rsqrt", "rsqrt"), ("tanh", "tanh"), ("erf", "erf"),
+                   ("sigmoid", "sigmoid"), ("relu", "relu"), ("abs", "abs"),
+                   ("reciprocal", "recip"), ("silu", "silu"),
+                   ("maximum", "max"), ("minimum", "min")]:
+    handles(f"{_name}.default")(_ew(_op))
+for _cmp in ("lt", "le", "gt", "ge", "eq", "ne"):
+    handles(f"{_cmp}.Tensor", f"{_cmp}.Scalar")(_ew(_cmp))
+handles("where.self")(_ew("where"))
+handles("mul.Tensor", "mul.Scalar")(_ew("mul"))
+
+
+@handles("add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar")
+def _add_sub(low, node, a, b, alpha=1):
+    op = "add" if "add" in str(node.target) else "sub"
+    b = _value(b)
+    if alpha != 1:
+        b = scalar(b.scalar * alpha) if b.loader is None else \
+            low.k.elementwise("mul", [b, scalar(alpha)], node.name)
+    return low.k.elementwise(op, [_value(a), b], node.name)
+
+
+@handles("rsub.Scalar", "rsub.Tensor")
+def _rsub(low, node, a, b, alpha=1):
+    if alpha != 1:
+        a = low.k.elementwise("mul", [_value(a), scalar(alpha)], node.name)
+    return low.k.elementwise("sub", [_value(b), _value(a)], node.name)
+
+
+@handles("div.Tensor", "div.Scalar")
+def _div(low, node, a, b, rounding_mode=None):
+    if rounding_mode is not None:
+        raise ImportError_(f"division with rounding_mode={rounding_mode!r}")
+    return low.k.elementwise("div", [_value(a), _value(b)], node.name)
+
+
+@handles("pow.Tensor_Scalar")
+def _pow(low, node, x, exponent):
+    simple = {2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "recip"}
+    if exponent in simple:
+        return low.k.elementwise(simple[exponent], [x], node.name)
+    if exponent == 1:
+        return x
+    if float(exponent).is_integer() and 2 < exponent <= 8:
+        n = int(exponent)
+
+        def power(index):
+            b = low.k.block(x, index)
+            out = b
+            for _ in range(n - 1):
+                out = E.call("mul", out, b)
+            return out
+        return low.k.emit("pow", x.shape, x.axes, power)
+    raise ImportError_(f"x ** {exponent} is not supported (only small integer powers "
+                       f"and ±0.5)")
+
+
+@handles("gelu.default")
+def _gelu(low, node, x, approximate="none"):
+    op = {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate)
+    if op is None:
+        raise ImportError_(f"gelu(approximate={approximate!r})")
+    return low.k.elementwise(op, [x], node.name)
+
+
+@handles("clamp_min.default")
+def _clamp_min(low, node, x, lo):
+    return low.k.elementwise("max", [x, _value(lo)], node.name)
+
+
+@handles("clamp.default")
+def _clamp(low, node, x, lo=None, hi=None):
+    if lo is not None:
+        x = low.k.elementwise("max", [x, _value(lo)], node.name)
+    if hi is not None:
+        x = low.k.elementwise("min", [x, _value(hi)], node.name)
+    return x
+
+
+# --- reductions and normalisations ---------------------------------------------------------
+
+def _one_axis(x: Value, dims, what: str) -> int:
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if len(dims) != 1:
+        raise ImportError_(f"{what} over {dims or 'all axes'}: only one axis is supported")
+    return dims[0] % x.rank
+
+
+@handles("mean.dim")
+def _mean(low, node, x, dims, keepdim=False, dtype=None):
+    axis = _one_axis(x, dims, "mean")
+    return low.k.reduce("sum", x, axis, node.name, keepdim, scale=1.0 / x.shape[axis])
+
+
+@handles("sum.dim_IntList")
+def _sum(low, node, x, dims, keepdim=False, dtype=None):
+    return low.k.reduce("sum", x, _one_axis(x, dims, "sum"), node.name, keepdim)
+
+
+@handles("amax.default")
+def _amax(low, node, x, dims=(), keepdim=False):
+    return low.k.reduce("max", x, _one_axis(x, dims, "amax"), node.name, keepdim)
+
+
+def softmax(low, x: Value, axis: int, what: str, log: bool = False, hi_of=None) -> Value:
+    """max, shift, exp, sum, normalise: the kernels of the builder's softmax."""
+    k = low.k
+    m = k.reduce("max", x, axis, what, keepdim=True, hi_of=hi_of)
+    shifted = k.elementwise("sub", [x, m], what)
+    e = k.elementwise("exp", [shifted], what)
+    s = k.reduce("sum", e, axis, what, keepdim=True, hi_of=hi_of)
+    if log:
+        return k.elementwise("sub", [shifted, k.elementwise("log", [s], what)], what)
+    return k.elementwise("div", [e, s], what)
+
+
+@handles("_softmax.default", "softmax.int")
+def _softmax(low, node, x, dim, *rest):
+    return softmax(low, x, dim % x.rank, node.name)
+
+
+@handles("_log_softmax.default", "log_softmax.int")
+def _log_softmax(low, node, x, dim, *rest):
+    return softmax(low, x, dim % x.rank, node.name, log=True)
+
+
+def _last_axis(x: Value, shape, what: str) -> int:
+    if len(shape) != 1 or shape[0] != x.shape[-1]:
+        raise ImportError_(f"{what} over {list(shape)}: only the last axis is supported")
+    return x.rank - 1
+
+
+@handles("layer_norm.default")
+def _layer_norm(low, node, x, shape, weight=None, bias=None, eps=1e-5, *rest):
+    k, what = low.k, node.name
+    axis = _last_axis(x, shape, "layer_norm")
+    mean = k.reduce("sum", x, axis, what, True, scale=1.0 / x.shape[axis])
+    centred = k.elementwise("sub", [x, mean], what)
+    var = k.reduce("sum", k.elementwise("square", [centred], what), axis, what, True,
+                   scale=1.0 / x.shape[axis])
+    rstd = k.elementwise("rsqrt", [k.elementwise("add", [var, scalar(eps)], what)], what)
+    out = k.elementwise("mul", [centred, rstd], what)
+    if weight is not None:
+        out = k.elementwise("mul", [out, weight], what)
+    if bias is not None:
+        out = k.elementwise("add", [out, bias], what)
+    return out
+
+
+@handles("native_layer_norm.default")
+def _native_layer_norm(low, node, x, shape, weight, bias, eps):
+    return (_layer_norm(low, node, x, shape, weight, bias, eps), None, None)
+
+
+@handles("rms_norm.default")
+def _rms_norm(low, node, x, shape, weight=None, eps=None):
+    k, what = low.k, node.name
+    axis = _last_axis(x, shape, "rms_norm")
+    if eps is None:
+        eps = 1.1920928955078125e-07          # torch: finfo(float32).eps
+    ms = k.reduce("sum", k.elementwise("square", [x], what), axis, what, True,
+                  scale=1.0 / x.shape[axis])
+    rinv = k.elementwise("rsqrt", [k.elementwise("add", [ms, scalar(eps)], what)], what)
+    out = k.elementwise("mul", [x, rinv], what)
+    return k.elementwise("mul", [out, weight], what) if weight is not None else out
+
+
+# --- matrix products -----------------------------------------------------------------------
+
+@handles("mm.default", "bmm.default", "matmul.default")
+def _mm(low, node, a, b):
+    return low.k.matmul(a, b, node.name)
+
+
+@handles("linear.default")
+def _linear(low, node, x, w, b=None):
+    out = low.k.matmul(x, V.permute(w, [1, 0]), node.name)
+    return low.k.elementwise("add", [out, b], node.name) if b is not None else out
+
+
+@handles("addmm.default")
+def _addmm(low, node, bias, a, b, beta=1, alpha=1):
+    out = low.k.matmul(a, b, node.name)
+    if alpha != 1:
+        out = low.k.elementwise("mul", [out, scalar(alpha)], node.name)
+    if beta != 1:
+        bias = low.k.elementwise("mul", [bias, scalar(beta)], node.name)
+    return low.k.elementwise("add", [out, bias], node.name)
+
+
+@handles("scaled_dot_product_attention.default")
+def _sdpa(low, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
+          scale=None, enable_gqa=False):
+    from .attention import attention
+    if dropout_p:
+        raise ImportError_("attention dropout (use model.eval())")
+    return attention(low, node, q, k, v, attn_mask, is_causal, scale)
+
+
+# --- views --------------------------------------------------------------------------------
+
+@handles("view.default", "_unsafe_view.default", "reshape.default")
+def _view(low, node, x, shape):
+    return V.reshape(low.planner, x, [int(s) for s in shape], node.name)
+
+
+@handles("permute.default")
+def _permute(low, node, x, perm):
+    return V.permute(x, perm)
+
+
+@handles("transpose.int")
+def _transpose(low, node, x, a, b):
+    perm = list(range(x.rank))
+    a, b = a % x.rank, b % x.rank
+    perm[a], perm[b] = perm[b], perm[a]
+    return V.permute(x, perm)
+
+
+@handles("t.default")
+def _t(low, node, x):
+    return V.permute(x, list(range(x.rank))[::-1])
+
+
+@handles("unsqueeze.default")
+def _unsqueeze(low, node, x, dim):
+    return V.insert_axis(x, dim % (x.rank + 1))
+
+
+@handles("squeeze.dim", "squeeze.dims", "squeeze.default")
+def _squeeze(low, node, x, dims=None):
+    dims = range(x.rank) if dims is None else ([dims] if isinstance(dims, int) else dims)
+    for d in sorted((d % x.rank for d in dims), reverse=True):
+        if x.shape[d] == 1:
+            x = V.drop_axis(x, d)
+    return x
+
+
+@handles("expand.default")
+def _expand(low, node, x, shape, implicit=False):
+    return V.expand(x, [int(s) for s in shape])
+
+
+@handles("clone.default", "contiguous.default", "alias.default", "detach.default",
+         "lift_fresh_copy.default")
+def _identity(low, node, x, *rest, **kwargs):
+    return x
+
+
+@handles("_to_copy.default")
+def _to_copy(low, node, x, *rest, **kwargs):
+    return x
+
+
+@handles("slice.Tensor")
+def _slice(low, node, x, dim=0, start=None, end=None, step=1):
+    return V.slice_axis(low.planner, x, dim % x.rank, start, end, step, node.name)
+
+
+@handles("split_with_sizes.default", "split.Tensor")
+def _split(low, node, x, sizes, dim=0):
+    dim %= x.rank
+    if isinstance(sizes, int):
+        sizes = [sizes] * math.ceil(x.shape[dim] / sizes)
+    out, start = [], 0
+    for s in sizes:
+        out.append(V.slice_axis(low.planner, x, dim, start, start + s, 1, node.name))
+        start += s
+    return tuple(out)
+
+
+@handles("getitem")
+def _getitem(low, node, xs, i):
+    return xs[i]
+
+
+@handles("cat.default")
+def _cat(low, node, xs, dim=0):
+    source = rotate_half_source(node)
+    if source is None:
+        raise ImportError_("concatenation is supported as the rotate-half of rotary "
+                           "embeddings (cat(-x2, x1)) only")
+    x = low.values[source.name] if source.name in low.values else low.value(source)
+    return low.k.emit("rotate_half", x.shape, x.axes,
+                      lambda index: E.call("rotate_half", low.k.block(x, index)))
+
+
+HANDLERS["<built-in function getitem>"] = _getitem
+HANDLERS["_operator.getitem"] = _getitem
+
+
+# --- structural patterns ---------------------------------------------------------------------
+
+def _is(node, name: str) -> bool:
+    return getattr(node, "op", None) == "call_function" and str(node.target) == name
+
+
+def _slice_of(node):
+    """(source, dim, start, end) of an ``aten.slice`` node."""
+    args = list(node.args) + [None] * 5
+    return args[0], args[1] or 0, args[2] or 0, args[3]
+
+
+def rotate_half_source(cat):
+    """``x`` if ``cat`` is ``cat([-x[..., h:], x[..., :h]], -1)``, else None."""
+    if not _is(cat, "aten.cat.default") or len(cat.args[0]) != 2:
+        return None
+    rank = len(cat.meta["val"].shape)
+    dim = (cat.args[1] if len(cat.args) > 1 else 0) % rank
+    neg, lo = cat.args[0]
+    if not (_is(neg, "aten.neg.default") and _is(neg.args[0], "aten.slice.Tensor")
+            and _is(lo, "aten.slice.Tensor")):
+        return None
+    src_hi, d_hi, start_hi, end_hi = _slice_of(neg.args[0])
+    src_lo, d_lo, start_lo, end_lo = _slice_of(lo)
+    n = src_hi.meta["val"].shape[-1]
+    if src_hi is not src_lo or dim != rank - 1 or d_hi % rank != dim or \
+            d_lo % rank != dim or n % 2:
+        return None
+    if start_hi != n // 2 or min(end_hi, n) != n or start_lo != 0 or end_lo != n // 2:
+        return None
+    return src_hi
+
+
+def absorbed_nodes(graph, dynamic) -> set:
+    """Nodes that only feed a structural pattern (the slices of a rotate-half): the
+    pattern's consumer reads them, they are never lowered on their own."""
+    out = set()
+    for node in graph.nodes:
+        src = rotate_half_source(node)
+        if src is None or node.name not in dynamic:
+            continue
+        neg, lo = node.args[0]
+        hi = neg.args[0]
+        if len(neg.users) == 1 and len(hi.users) == 1 and len(lo.users) == 1:
+            out |= {neg.name, hi.name, lo.name}
+    return out
+
+
+@handles("_assert_tensor_metadata.default", "_assert_scalar.default",
+         "sym_constrain_range_for_size.default")
+def _no_op(low, node, *args, **kwargs):
+    """Checks torch.export records; nothing to compute."""
+    return None

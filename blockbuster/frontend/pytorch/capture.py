@@ -1,0 +1,82 @@
+"""Capturing a PyTorch function or module as an ATen graph (``torch.export``).
+
+Decompositions run down to ATen operators, except the few high-level operators the
+importer lowers as a whole (linear, softmax, layer norm, attention, ...): keeping
+them gives the fusion rules the structure they know and the error messages the
+operator the user wrote.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .dims import ImportError_
+
+
+def require_torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError_("importing PyTorch models needs torch: "
+                           "pip install 'blockbuster[torch]'") from exc
+    return torch
+
+
+def kept_ops(torch) -> list:
+    aten = torch.ops.aten
+    names = ["linear.default", "scaled_dot_product_attention.default",
+             "layer_norm.default", "softmax.int", "log_softmax.int", "gelu.default",
+             "silu.default", "rms_norm.default", "matmul.default", "embedding.default"]
+    ops = []
+    for n in names:
+        packet, _, overload = n.partition(".")
+        if hasattr(aten, packet):
+            ops.append(getattr(getattr(aten, packet), overload))
+    return ops
+
+
+def export(fn, example_inputs: tuple):
+    """``torch.export`` of ``fn`` (a module or a function) at the example inputs."""
+    torch = require_torch()
+    module = fn if isinstance(fn, torch.nn.Module) else _FunctionModule(fn)
+    was_training = module.training
+    module.eval()
+    try:
+        ep = torch.export.export(module, tuple(example_inputs), strict=False)
+        table = torch.export.default_decompositions()
+        for op in kept_ops(torch):
+            table.pop(op, None)
+        return ep.run_decompositions(table)
+    except ImportError_:
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ImportError_(f"torch.export could not capture the model: {first}") from None
+    finally:
+        module.train(was_training)
+
+
+def _FunctionModule(fn):
+    torch = require_torch()
+
+    class FunctionModule(torch.nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+    FunctionModule.__name__ = getattr(fn, "__name__", "function")
+    return FunctionModule()
+
+
+def source_line(node) -> str:
+    """``file:line`` of the model code that made ``node`` (outside torch itself)."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = [ln.strip() for ln in trace.splitlines() if ln.strip().startswith("File ")]
+    torch_dir = os.sep + "torch" + os.sep
+    for frame in reversed(frames):
+        if torch_dir not in frame:
+            try:
+                path = frame.split('"')[1]
+                line = frame.split("line ")[1].split(",")[0]
+                return f"{path}:{line}"
+            except IndexError:
+                continue
+    return "<unknown source>"

@@ -1,0 +1,218 @@
+"""Which program dimension each tensor axis becomes, decided in two passes.
+
+A PyTorch graph says nothing about tiling. The importer lowers the graph twice with
+the same code: the first pass (*planning*) creates an anonymous dimension class for
+every new axis and records what the lowering learns about it — two axes that meet
+(an elementwise operand, a contracted matmul axis) are one class; an axis split into
+heads needs a block of exactly the head size; the heads axis itself is iterated one
+index at a time (a *point* dimension); axes that a kernel's blocks run over are
+*tiled*. Between the passes the classes are resolved into :class:`Dim` objects; the
+second pass (*emitting*) asks for classes in the same order and gets those dims.
+The lowering is deterministic, so the n-th class of one pass is the n-th of the
+other.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ...errors import UsageError
+from ...ir.types import Dim
+
+#: Block size of a tiled dimension nobody constrains (the builder's default).
+DEFAULT_BLOCK = 64
+
+
+class ImportError_(UsageError):
+    """A model cannot be imported (unsupported operator, layout or size)."""
+
+
+@attrs.define
+class _Class:
+    size: int
+    hint: str
+    parent: int
+    block: int | None = None        # required block size (a split into heads)
+    point: bool = False             # iterated one index at a time (heads, batch)
+    tiled: bool = False             # some kernel's blocks run over it
+    user_block: int | None = None   # from blocks={...}
+
+
+class DimPlanner:
+    """Dimension classes of one import: created, unified, constrained, resolved."""
+
+    def __init__(self, blocks: dict[str, int] | None = None):
+        self._classes: list[_Class] = []
+        self._blocks = dict(blocks or {})
+        self._resolved: list[Dim] | None = None
+        self._cursor = 0
+        self._links: list[tuple] = []
+
+    # -- both passes -----------------------------------------------------------------
+    def new(self, size: int, hint: str) -> int:
+        """A fresh class of ``size`` elements (the n-th call returns class n)."""
+        if self._resolved is not None:
+            cid = self._cursor
+            self._cursor += 1
+            if cid >= len(self._classes) or self._classes[cid].size != size:
+                raise AssertionError("the emitting pass diverged from the planning pass")
+            return cid
+        cid = len(self._classes)
+        self._classes.append(_Class(size, hint, cid))
+        return cid
+
+    def find(self, cid: int) -> int:
+        while self._classes[cid].parent != cid:
+            self._classes[cid].parent = self._classes[self._classes[cid].parent].parent
+            cid = self._classes[cid].parent
+        return cid
+
+    def size(self, cid: int) -> int:
+        return self._classes[self.find(cid)].size
+
+    def unify(self, a: int, b: int, what: str) -> int:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return ra
+        ca, cb = self._classes[ra], self._classes[rb]
+        if ca.size != cb.size:
+            raise ImportError_(f"{what}: sizes {ca.size} and {cb.size} do not match")
+        if self._resolved is not None:
+            raise AssertionError("the emitting pass unified classes the planning pass kept apart")
+        keep, drop = (ra, rb) if ra < rb else (rb, ra)
+        ck, cd = self._classes[keep], self._classes[drop]
+        if ck.block and cd.block and ck.block != cd.block:
+            raise ImportError_(f"{what}: an axis of {ck.size} is split into blocks of "
+                               f"{ck.block} and of {cd.block}")
+        ck.block = ck.block or cd.block
+        ck.point |= cd.point
+        ck.tiled |= cd.tiled
+        cd.parent = keep
+        return keep
+
+    def require_block(self, cid: int, block: int, what: str) -> None:
+        c = self._classes[self.find(cid)]
+        if self._resolved is None:
+            if c.block not in (None, block):
+                raise ImportError_(f"{what}: an axis of {c.size} is split into blocks of "
+                                   f"{c.block} and of {block}")
+            c.block = block
+
+    def mark_point(self, cid: int) -> None:
+        if self._resolved is None:
+            self._classes[self.find(cid)].point = True
+
+    def mark_tiled(self, cid: int) -> None:
+        if self._resolved is None:
+            self._classes[self.find(cid)].tiled = True
+
+    def link_split(self, axis: int, heads: int, inner: int, what: str) -> None:
+        """``axis`` viewed as (``heads``, ``inner``): heads are point dimensions; if
+        ``axis`` is tiled, its blocks are the heads (block = inner size), else the
+        inner part is a point dimension too."""
+        if self._resolved is None:
+            self._links.append(("split", axis, heads, inner, what))
+
+    def link_merge(self, outer: int, inner: int | None, merged: int, what: str) -> None:
+        """(``outer``, ``inner``) viewed as one axis ``merged``: tiled with blocks of
+        the inner size when ``inner`` is tiled (heads merged back), else a point axis."""
+        if self._resolved is None:
+            self._links.append(("merge", outer, inner, merged, what))
+
+    def link_slice(self, axis: int, part: int, what: str) -> None:
+        """``part`` is a block-aligned slice of ``axis``: tiled alike, same blocks."""
+        if self._resolved is None:
+            self._links.append(("slice", axis, None, part, what))
+
+    def _tiled(self, cid: int) -> bool:
+        c = self._classes[self.find(cid)]
+        return c.tiled and not c.point
+
+    def _apply_links(self) -> None:
+        # Slices pass block sizes both ways and splits need tiling decided: a few
+        # sweeps settle them; slices with no required block get the default last.
+        for _ in range(3):
+            self._apply_links_once(defaults=False)
+        self._apply_links_once(defaults=True)
+
+    def _apply_links_once(self, defaults: bool) -> None:
+        for kind, a, b, out, what in self._links:
+            if kind == "slice":
+                ca, co = self._classes[self.find(a)], self._classes[self.find(out)]
+                if ca.point or co.point:
+                    self.mark_point(a)
+                    self.mark_point(out)
+                elif ca.tiled or co.tiled:
+                    self.mark_tiled(a)
+                    self.mark_tiled(out)
+                    block = ca.block or co.block
+                    if block is None and defaults:
+                        block = self._blocks.get(ca.hint) or min(ca.size, DEFAULT_BLOCK)
+                    if block:
+                        self.require_block(a, block, what)
+                        self.require_block(out, block, what)
+            elif kind == "split":
+                self.mark_point(b)
+                if self._tiled(a):
+                    self.require_block(a, self.size(out), what)
+                    self.mark_tiled(out)
+                else:
+                    self.mark_point(out)
+            elif b is not None and self._tiled(b):
+                self.require_block(b, self.size(b), what)
+                self.require_block(out, self.size(b), what)
+                self.mark_tiled(out)
+            else:
+                self.mark_point(out)
+
+    # -- between the passes ------------------------------------------------------------
+    @property
+    def planning(self) -> bool:
+        return self._resolved is None
+
+    def resolve(self) -> None:
+        """Give every class a dimension; the next pass emits with them."""
+        self._apply_links()
+        names: dict[str, int] = {}
+        dims: dict[int, Dim] = {}
+        for cid, c in enumerate(self._classes):
+            root = self.find(cid)
+            if root in dims:
+                continue
+            r = self._classes[root]
+            base = r.hint or f"N{r.size}"
+            names[base] = names.get(base, 0) + 1
+            name = base if names[base] == 1 else f"{base}{_suffix(names[base])}"
+            dims[root] = self._make_dim(name, r)
+        self._resolved = [dims[self.find(cid)] for cid in range(len(self._classes))]
+        self._cursor = 0
+
+    def _make_dim(self, name: str, c: _Class) -> Dim:
+        point = c.point or not c.tiled
+        if point:
+            return Dim(name, c.size, 1, point=True)
+        block = c.block or self._blocks.get(name) or min(c.size, DEFAULT_BLOCK)
+        if c.block and self._blocks.get(name, c.block) != c.block:
+            raise ImportError_(f"blocks: dimension {name} must have block {c.block} "
+                               f"(it is split into heads of that size)")
+        if c.size % block and c.block:
+            raise ImportError_(f"dimension {name} of {c.size} is not a whole number of "
+                               f"heads of {block}")
+        return Dim(name, c.size, min(block, c.size))
+
+    # -- the emitting pass -----------------------------------------------------------------
+    def dim(self, cid: int) -> Dim:
+        if self._resolved is None:
+            return Dim(f"_plan{self.find(cid)}", self.size(cid), 1, point=True)
+        return self._resolved[cid]
+
+    def dims(self) -> tuple[Dim, ...]:
+        seen: dict[str, Dim] = {}
+        for d in self._resolved or ():
+            seen.setdefault(d.name, d)
+        return tuple(seen.values())
+
+
+def _suffix(n: int) -> str:
+    """b, c, ..., z, then numbers: the second N64 is N64b."""
+    return chr(ord("a") + n - 1) if n <= 26 else f"_{n}"

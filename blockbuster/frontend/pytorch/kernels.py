@@ -1,0 +1,290 @@
+"""Unfused kernels over tensors of any rank: one kernel per primitive operation.
+
+The same lowering runs twice (see :mod:`.dims`): while planning, expressions are
+placeholders and only the dimension classes matter; while emitting, each call adds
+one kernel to the program, exactly as the hand-written builder does (a softmax is
+max, shift, exp, sum and divide kernels), so the fusion rules see the structure they
+know. Broadcasting follows PyTorch: leading and size-1 axes broadcast for free (they
+are not indexed); a per-row or per-column vector against a block uses the block
+broadcast operators (``rowshift``, ``colscale``, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from ...ir import expr as E
+from ...ir.expr import Expr
+from ...ir.index import IVar
+from ...ir.program import Kernel, Store
+from ...ir.types import GlobalArray
+from .dims import DimPlanner, ImportError_
+from .values import Index, Value, array_value, expand, insert_axis
+
+_ROW = {"add": lambda v, a: E.call("rowshift", v, a),
+        "mul": lambda v, a: E.call("rowscale", v, a)}
+_COL = {"add": lambda v, a: E.call("colshift", v, a),
+        "mul": lambda v, a: E.call("colscale", v, a)}
+
+
+class KernelEmitter:
+    """Kernels and arrays of one lowering pass."""
+
+    def __init__(self, planner: DimPlanner):
+        self.planner = planner
+        self.kernels: list[Kernel] = []
+        self.arrays: dict[str, GlobalArray] = {}
+        self._taken: set[str] = set()
+
+    # -- arrays and loops ------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        base = "".join(ch if ch.isalnum() else "_" for ch in hint).strip("_") or "t"
+        if base[0].isdigit():
+            base = "t" + base
+        name, n = base, 1
+        while name in self._taken:
+            n += 1
+            name = f"{base}_{n}"
+        self._taken.add(name)
+        return name
+
+    def declare(self, name: str, shape: Sequence[int], axes: Sequence[int | None]) -> Value:
+        """A global array (an input, weight or kernel output) viewed as a tensor."""
+        dims = tuple(self.planner.dim(c).name for c in axes if c is not None)
+        self.arrays[name] = GlobalArray(name, dims)
+        return array_value(self.planner, name, shape, axes)
+
+    def mark_block_axes(self, axes: Sequence[int | None]) -> None:
+        """The last two stored axes of an array are what its blocks run over."""
+        stored = [c for c in axes if c is not None]
+        for c in stored[-2:]:
+            self.planner.mark_tiled(c)
+
+    def emit(self, hint: str, shape: Sequence[int], axes: Sequence[int | None],
+             value: Callable[[Index], Expr], name: str | None = None) -> Value:
+        """One kernel looping over the stored axes of a new array, storing ``value``."""
+        self.mark_block_axes(axes)
+        name = name or self.fresh(hint)
+        loops, index, taken = [], [], set()
+        for c in axes:
+            if c is None:
+                index.append(None)
+                continue
+            dim = self.planner.dim(c).name
+            var = _var(dim, taken)
+            taken.add(var)
+            loops.append((var, dim))
+            index.append(IVar(var))
+        out = self.declare(name, shape, axes)
+        if not self.planner.planning:
+            tiled = [c for c in axes if c is not None and not self.planner.dim(c).point]
+            if len(tiled) > 2:
+                raise ImportError_(f"{name}: a tensor of shape {list(shape)} would need "
+                                   f"blocks over {len(tiled)} axes (at most 2)")
+        self.kernels.append(Kernel(name, tuple(loops),
+                                   (Store(name, tuple(i for i in index if i is not None),
+                                          value(tuple(index))),)))
+        return out
+
+    # -- blocks --------------------------------------------------------------------------
+    def tiled(self, v: Value) -> tuple[int, ...]:
+        return tuple(p for p, c in enumerate(v.axes) if c is not None
+                     and not self.planner.dim(c).point)
+
+    def block(self, v: Value, index: Index) -> Expr:
+        """``v``'s block at ``index`` with its tiled axes in axis order."""
+        e = v.load(index)
+        if self.planner.planning or v.loader is None:
+            return e
+        want = self.tiled(v)
+        if tuple(v.order) == want:
+            return e
+        if tuple(reversed(v.order)) == want and len(want) == 2:
+            return E.call("transpose", e)
+        raise ImportError_(f"{v.array or 'a tensor'}: cannot arrange axes {v.order} as {want}")
+
+    # -- elementwise -------------------------------------------------------------------------
+    def broadcast(self, values: Sequence[Value], what: str) -> tuple[tuple, tuple, list]:
+        """The broadcast shape and axes of ``values`` and each one expanded to it."""
+        tensors = [v for v in values if v.loader is not None]
+        rank = max((v.rank for v in tensors), default=0)
+        shape, axes = [1] * rank, [None] * rank
+        out = []
+        for v in values:
+            if v.loader is None:
+                out.append(v)
+                continue
+            v = expand(v, (1,) * (rank - v.rank) + v.shape) if v.rank < rank else v
+            for p, (s, c) in enumerate(zip(v.shape, v.axes)):
+                if s != 1 and shape[p] not in (1, s):
+                    raise ImportError_(f"{what}: shapes {[list(t.shape) for t in tensors]} "
+                                       f"do not broadcast")
+                shape[p] = max(shape[p], s)
+                if c is not None:
+                    axes[p] = c if axes[p] is None else self.planner.unify(axes[p], c, what)
+            out.append(v)
+        # an expanded axis that no operand stores stays broadcast in the result
+        return tuple(shape), tuple(axes), out
+
+    def elementwise(self, op: str, values: Sequence[Value], what: str,
+                    name: str | None = None) -> Value:
+        shape, axes, operands = self.broadcast(values, what)
+        if all(v.loader is None for v in operands):
+            raise ImportError_(f"{what}: an operation on constants only")
+
+        def value(index: Index) -> Expr:
+            return self._combine(op, operands, axes, index, what)
+        return self.emit(op, shape, axes, value, name)
+
+    def _combine(self, op: str, operands: list[Value], axes: tuple, index: Index,
+                 what: str) -> Expr:
+        args = [self.block(v, index) for v in operands]
+        if self.planner.planning:
+            return E.call(op, *args)
+        full = tuple(p for p, c in enumerate(axes) if c is not None
+                     and not self.planner.dim(c).point)
+        kinds = [_kind(self.tiled(v) if v.loader else (), full) for v in operands]
+        if all(k in ("full", "scalar") for k in kinds):
+            return E.call(op, *args)
+        if len(args) == 2 and op in ("add", "mul", "sub", "div") and "full" in kinds:
+            return _vector_op(op, args, kinds)
+        # generic: bring every vector operand to the full block first
+        row = next((a for a, k in zip(args, kinds) if k == "row"), None)
+        col = next((a for a, k in zip(args, kinds) if k == "col"), None)
+        shape_of = next((a for a, k in zip(args, kinds) if k == "full"), None)
+        if shape_of is None:
+            shape_of = E.call("outer", row, col)
+        zero = E.call("mul", E.call("ones", shape_of), E.const(0.0))
+        fulls = []
+        for a, k in zip(args, kinds):
+            if k == "row":
+                a = E.call("rowshift", a, zero)
+            elif k == "col":
+                a = E.call("colshift", a, zero)
+            fulls.append(a)
+        return E.call(op, *fulls)
+
+    # -- reductions ---------------------------------------------------------------------------
+    def reduce(self, combiner: str, v: Value, axis: int, what: str, keepdim: bool = False,
+               scale: float | None = None, hi_of: Callable | None = None) -> Value:
+        """Reduce ``v`` over one axis with ``sum`` or ``max`` (times ``scale``)."""
+        axis %= v.rank
+        cls = v.axes[axis]
+        if cls is None:
+            raise ImportError_(f"{what}: reducing a broadcast axis is not supported")
+        self.planner.mark_tiled(cls)
+        out_axes = v.axes[:axis] + v.axes[axis + 1:]
+        out_shape = v.shape[:axis] + v.shape[axis + 1:]
+        dim = self.planner.dim(cls).name
+
+        def value(index: Index) -> Expr:
+            taken = {str(i) for i in index if i is not None}
+            var = _var(dim, taken)
+            full = tuple(index[:axis]) + (IVar(var),) + tuple(index[axis:])
+            blk = self.block(v, full)
+            t = self.tiled(v)
+            if not self.planner.planning and len(t) != 2:
+                raise ImportError_(f"{what}: reducing a tensor with blocks over {len(t)} "
+                                   f"axis(es) is not supported (needs rows and columns)")
+            block_op = ("row" if self.planner.planning or t[-1] == axis else "col") + \
+                ("sum" if combiner == "sum" else "max")
+            bounds = hi_of(index) if hi_of else {}
+            total = E.reduce(combiner, var, dim, E.call(block_op, blk), **bounds)
+            return E.call("mul", total, E.const(scale)) if scale is not None else total
+        out = self.emit("row" + combiner if scale is None else "mean", out_shape, out_axes,
+                        value)
+        return insert_axis(out, axis) if keepdim else out
+
+    # -- matmul --------------------------------------------------------------------------------
+    def matmul(self, a: Value, b: Value, what: str, name: str | None = None,
+               hi_of: Callable | None = None) -> Value:
+        """``a @ b`` over the last two axes, broadcasting the leading ones."""
+        if a.rank < 2 or b.rank < 2:
+            raise ImportError_(f"{what}: matrix-vector products are not supported")
+        ka, kb = a.axes[-1], b.axes[-2]
+        if a.shape[-1] != b.shape[-2]:
+            raise ImportError_(f"{what}: contracts {a.shape[-1]} with {b.shape[-2]}")
+        if ka is None or kb is None:
+            raise ImportError_(f"{what}: contracting a broadcast axis is not supported")
+        k = self.planner.unify(ka, kb, what)
+        for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
+            if c is not None:
+                self.planner.mark_tiled(c)
+        lead_shape, lead_axes, (la, lb) = self.broadcast(
+            [_lead(a), _lead(b)], what)
+        shape = lead_shape + (a.shape[-2], b.shape[-1])
+        axes = lead_axes + (a.axes[-2], b.axes[-1])
+        kdim = self.planner.dim(k).name
+        n = len(lead_shape)
+
+        def value(index: Index) -> Expr:
+            taken = {str(i) for i in index if i is not None}
+            var = _var(kdim, taken)
+            lead = tuple(index[:n])
+            ia = _align(lead, a.rank - 2) + (index[n], IVar(var))
+            ib = _align(lead, b.rank - 2) + (IVar(var), index[n + 1])
+            bounds = hi_of(index) if hi_of else {}
+            return E.reduce("sum", var, kdim, E.call("dot", self.block(a, ia),
+                                                     self.block(b, ib)), **bounds)
+        return self.emit("matmul", shape, axes, value, name)
+
+
+def _lead(v: Value) -> Value:
+    """The leading (batch) axes of a matrix operand, as a value to broadcast."""
+    from .values import Value as V
+    return V(v.shape[:-2], v.axes[:-2], lambda index: E.const(0.0))
+
+
+def _align(lead: tuple, rank: int) -> tuple:
+    return tuple(lead[len(lead) - rank:]) if rank else ()
+
+
+def _kind(tiled: tuple, full: tuple) -> str:
+    if tiled == full:
+        return "full"
+    if not tiled:
+        return "scalar"
+    if len(tiled) == 1 and len(full) == 2:
+        return "row" if tiled[0] == full[0] else "col"
+    raise ImportError_(f"cannot broadcast blocks over axes {tiled} against {full}")
+
+
+def _vector_op(op: str, args: list, kinds: list) -> Expr:
+    """``op`` of a block and a per-row/per-column vector via the broadcast operators."""
+    (a, ka), (b, kb) = zip(args, kinds)
+    if ka == "full" and kb == "full":
+        return E.call(op, a, b)
+    vec_first = ka != "full"
+    vec, vk, blk = (a, ka, b) if vec_first else (b, kb, a)
+    if op == "sub":
+        if vec_first:
+            blk = E.call("neg", blk)
+        else:
+            vec = E.call("neg", vec)
+        op = "add"
+    elif op == "div":
+        if vec_first:
+            blk = E.call("recip", blk)
+        else:
+            vec = E.call("recip", vec)
+        op = "mul"
+    if vk == "scalar":
+        return E.call(op, vec, blk)
+    table = _ROW if vk == "row" else _COL
+    return table[op](vec, blk)
+
+
+def _var(dim: str, taken) -> str:
+    base = "".join(ch for ch in dim.lower() if ch.isalnum()) or "v"
+    if base[0].isdigit():
+        base = "v" + base
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}{n}"
+    return name
+
+
+def inf() -> float:
+    return math.inf

@@ -1,0 +1,242 @@
+"""Lowering an exported ATen graph to an unfused block program.
+
+Nodes that do not depend on a graph input (rotary tables from position ids, masks
+built from ``arange``, weight arithmetic) are evaluated once with PyTorch at import
+and become weights: the program computes only what changes per call. Every other
+node goes through :data:`.aten.HANDLERS` (one entry per ATen operator); anything
+else is an error naming the operator and the model's source line.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from ...ir.index import IVar
+from ...ir.program import Program
+from ...ir.verify import verify
+from . import aten
+from .capture import source_line
+from .dims import DimPlanner, ImportError_
+from .kernels import KernelEmitter
+from .values import Value, scalar
+
+
+@attrs.frozen
+class Boundary:
+    """How a program array relates to a PyTorch tensor: its torch shape (the array
+    stores the non-broadcast axes, in order)."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+@attrs.frozen
+class Lowered:
+    program: Program
+    inputs: tuple[Boundary, ...]
+    outputs: tuple[Boundary, ...]
+    weights: dict            # array name -> np.ndarray (stored layout)
+
+
+class Lowering:
+    """One pass over the graph (planning or emitting; see :mod:`.dims`)."""
+
+    def __init__(self, ep, recorded: dict, planner: DimPlanner, name: str):
+        self.ep = ep
+        self.recorded = recorded          # node name -> torch value (folding)
+        self.planner = planner
+        self.k = KernelEmitter(planner)
+        self.name = name
+        self.values: dict[str, Value] = {}
+        self.inputs: list[Boundary] = []
+        self.weights: dict[str, np.ndarray] = {}
+        self.weight_order: list[str] = []
+        specs = ep.graph_signature.input_specs
+        self.kind = {s.arg.name: s.kind.name for s in specs if hasattr(s.arg, "name")}
+        self.target = {s.arg.name: s.target for s in specs if hasattr(s.arg, "name")}
+        self.dynamic = _input_dependent(ep.graph, self.kind)
+        self.absorbed = aten.absorbed_nodes(ep.graph, self.dynamic)
+
+    # -- values of nodes --------------------------------------------------------------
+    def value(self, node) -> Value:
+        """The lowered value of an FX node (folding constants on first use)."""
+        hit = self.values.get(node.name)
+        if hit is not None:
+            return hit
+        if node.name in self.dynamic:
+            raise ImportError_(f"internal: {node.name} used before it was lowered")
+        v = self._fold(node)
+        self.values[node.name] = v
+        return v
+
+    def _fold(self, node) -> Value:
+        t = self.recorded.get(node.name)
+        if t is None or not hasattr(t, "shape"):
+            raise ImportError_(f"{node.name}: a constant that is not a tensor")
+        arr = t.detach().to("cpu").double().numpy() if t.dtype.is_floating_point or \
+            t.dtype == _torch().bool else t.detach().to("cpu").numpy().astype(np.float64)
+        if arr.size == 1 and (arr.ndim == 0 or self.kind.get(node.name) is None):
+            return scalar(float(arr.reshape(())))
+        hint = self.target.get(node.name) or f"const_{node.name}"
+        return self._array(node, hint, tuple(arr.shape), weight=arr)
+
+    def _array(self, node, hint: str, shape: tuple, weight=None) -> Value:
+        axes = tuple(self.planner.new(s, "") if s != 1 else None for s in shape)
+        name = self.k.fresh(hint)
+        v = self.k.declare(name, shape, axes)
+        self.k.mark_block_axes(axes)
+        if weight is not None:
+            self.weights[name] = np.ascontiguousarray(
+                weight.reshape([s for s in shape if s != 1]) if weight.ndim else weight,
+                dtype=np.float32)
+            self.weight_order.append(name)
+        return v
+
+    # -- the walk -------------------------------------------------------------------------
+    def run(self) -> tuple:
+        outputs: list = []
+        for node in self.ep.graph.nodes:
+            if node.op == "placeholder":
+                if self.kind.get(node.name) == "USER_INPUT":
+                    shape = tuple(int(s) for s in node.meta["val"].shape)
+                    v = self._array(node, node.name, shape)
+                    self.values[node.name] = v
+                    self.inputs.append(Boundary(v.array, shape))
+            elif node.op == "call_function":
+                if node.name in self.dynamic and node.name not in self.absorbed:
+                    self.values[node.name] = self._lower(node)
+            elif node.op == "output":
+                outputs = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) \
+                    else [node.args[0]]
+        return self._finish(outputs)
+
+    def _lower(self, node) -> Value:
+        target = str(node.target)
+        handler = aten.HANDLERS.get(target)
+        where = source_line(node)
+        if handler is None:
+            raise ImportError_(f"{where}: unsupported operator {target} "
+                               f"(node {node.name})")
+        args = [self._arg(a) for a in node.args]
+        kwargs = {k: self._arg(a) for k, a in node.kwargs.items()}
+        try:
+            out = handler(self, node, *args, **kwargs)
+        except ImportError_ as exc:
+            msg = str(exc)
+            raise ImportError_(msg if msg.startswith(where) else
+                               f"{where}: {target}: {msg}") from None
+        return out
+
+    def _arg(self, a):
+        fx = _torch().fx
+        if isinstance(a, fx.Node):
+            if a.name in self.absorbed:
+                return a                       # read structurally by its consumer
+            if a.name in self.dynamic:
+                return self.values[a.name]
+            return self.value(a)               # a constant: folded on first use
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._arg(x) for x in a)
+        return a
+
+    def _finish(self, outputs: list) -> tuple:
+        bounds, names = [], []
+        for i, node in enumerate(outputs):
+            v = self.value(node) if node is not None else None
+            if v is None or v.loader is None:
+                raise ImportError_(f"output {i} is not a tensor computed from the inputs")
+            name = v.array
+            if not _plain(v, self.k) or name in names or name in self.weights or \
+                    any(b.name == name for b in self.inputs):
+                copy = v
+                v = self.k.emit("copy", v.shape, v.axes,
+                                lambda index, c=copy: self.k.block(c, index),
+                                name=self.k.fresh(f"out{i}"))
+            names.append(v.array)
+            bounds.append(Boundary(v.array, v.shape))
+        return tuple(bounds)
+
+
+def _plain(v: Value, k: KernelEmitter) -> bool:
+    """Does ``v`` view a kernel's output array exactly as stored?"""
+    if v.array is None or v.array not in k.arrays:
+        return False
+    stored = tuple(k.planner.dim(c).name for c in v.axes if c is not None)
+    if stored != k.arrays[v.array].dims:
+        return False
+    probe = tuple(None if c is None else IVar(f"axis{p}") for p, c in enumerate(v.axes))
+    e = v.load(probe)
+    return e.op == "load" and tuple(e.attr.index) == tuple(i for i in probe if i is not None)
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _input_dependent(graph, kind: dict) -> set:
+    dynamic = set()
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if kind.get(node.name) == "USER_INPUT":
+                dynamic.add(node.name)
+        elif node.op == "call_function":
+            if any(a.name in dynamic for a in node.all_input_nodes):
+                dynamic.add(node.name)
+    return dynamic
+
+
+def record_values(ep, example_inputs) -> dict:
+    """Every node's value at the example inputs (constants fold from these)."""
+    torch = _torch()
+    gm = ep.graph_module
+    state = {**ep.state_dict, **getattr(ep, "constants", {})}
+    args = []
+    user = iter(example_inputs)
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name == "USER_INPUT":
+            args.append(next(user))
+        else:
+            args.append(state[spec.target])
+    recorded = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            if isinstance(out, torch.Tensor):
+                recorded[n.name] = out
+            return out
+    with torch.no_grad():
+        Recorder(gm).run(*args)
+    return recorded
+
+
+def _kernel_dims(kernels) -> set:
+    out = set()
+    for kernel in kernels:
+        out |= {d for _, d in kernel.loops}
+        for store in kernel.stores:
+            for n in store.value.walk():
+                if n.op in ("reduce", "map", "pos"):
+                    out.add(n.attr.dim)
+    return out
+
+
+def lower(ep, example_inputs, name: str, blocks=None) -> Lowered:
+    recorded = record_values(ep, example_inputs)
+    planner = DimPlanner(blocks)
+    Lowering(ep, recorded, planner, name).run()           # plan the dimensions
+    planner.resolve()
+    low = Lowering(ep, recorded, planner, name)
+    outputs = low.run()
+    k = low.k
+    in_names = tuple(b.name for b in low.inputs) + tuple(low.weight_order)
+    out_names = tuple(b.name for b in outputs)
+    rest = tuple(n for n in k.arrays if n not in in_names and n not in out_names)
+    arrays = tuple(k.arrays[n] for n in in_names + out_names + rest)
+    used = {d for a in arrays for d in a.dims} | _kernel_dims(k.kernels)
+    dims = tuple(d for d in planner.dims() if d.name in used)
+    program = Program(name, dims, arrays, in_names, out_names, tuple(k.kernels),
+                      tuple(low.weight_order))
+    return Lowered(verify(program), tuple(low.inputs), outputs, low.weights)

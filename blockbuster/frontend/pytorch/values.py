@@ -1,0 +1,328 @@
+"""Tensors of any rank as views of global arrays.
+
+A :class:`Value` is what one PyTorch tensor became: its shape, the dimension class
+of each axis (``None`` for an axis that is broadcast: size 1, or expanded from size
+1) and a *loader*: given the block index of each axis, the expression of that
+block. A loaded block has the value's *tiled* axes only (point axes index one
+element; broadcast axes are not indexed); ``order`` says which axes, in the order
+the loaded expression has them (a transposed view loads ``transpose(load(...))``
+lazily by reporting the reversed order).
+
+Views — permute, reshapes that split an axis into heads or merge heads back, the
+key/value heads that several query heads share — are new loaders over the same
+array: no kernel, no copy. The fusion rules see exactly what the kernels read.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import attrs
+
+from ...ir import expr as E
+from ...ir.expr import Expr
+from ...ir.index import IConst, Idx, IVar
+from .dims import DimPlanner, ImportError_
+
+Index = tuple  # per axis: Idx (block index) or None (broadcast axis)
+Loader = Callable[[Index], Expr]
+
+
+@attrs.frozen
+class Value:
+    shape: tuple[int, ...]
+    axes: tuple[int | None, ...]     # dimension class per axis; None: broadcast
+    loader: Loader | None            # None for a Python scalar
+    order: tuple[int, ...] = ()      # tiled axes (positions) in the loaded block's order
+    scalar: float | None = None
+    array: str | None = None         # the array it views (for messages and outputs)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def load(self, index: Index) -> Expr:
+        if self.loader is None:
+            return E.const(self.scalar)
+        return self.loader(tuple(index))
+
+
+def scalar(x: float) -> Value:
+    return Value((), (), None, (), float(x))
+
+
+def array_value(planner: DimPlanner, name: str, shape: Sequence[int],
+                axes: Sequence[int | None]) -> Value:
+    """The value of global array ``name`` whose dims are the non-broadcast axes."""
+    stored = [p for p, c in enumerate(axes) if c is not None]
+
+    def loader(index: Index) -> Expr:
+        return E.load(name, *[index[p] for p in stored])
+    order = tuple(p for p in stored if not planner.dim(axes[p]).point)
+    return Value(tuple(shape), tuple(axes), loader, order, array=name)
+
+
+def tiled_positions(planner: DimPlanner, v: Value) -> tuple[int, ...]:
+    return tuple(p for p, c in enumerate(v.axes) if c is not None
+                 and not planner.dim(c).point)
+
+
+# --- views -----------------------------------------------------------------------------
+
+def permute(v: Value, perm: Sequence[int]) -> Value:
+    perm = [p % v.rank for p in perm] if v.rank else []
+    inverse = {old: new for new, old in enumerate(perm)}
+
+    def loader(index: Index) -> Expr:
+        old = [None] * v.rank
+        for new, p in enumerate(perm):
+            old[p] = index[new]
+        return v.load(tuple(old))
+    return attrs.evolve(v, shape=tuple(v.shape[p] for p in perm),
+                        axes=tuple(v.axes[p] for p in perm),
+                        loader=loader if v.loader else None,
+                        order=tuple(inverse[p] for p in v.order))
+
+
+def expand(v: Value, shape: Sequence[int]) -> Value:
+    """Broadcast to ``shape`` (new leading axes and size-1 axes become broadcast)."""
+    shape = tuple(v.shape[i - (len(shape) - v.rank)] if s == -1 else s
+                  for i, s in enumerate(shape))
+    lead = len(shape) - v.rank
+    if lead < 0:
+        raise ImportError_(f"expand: {list(v.shape)} to fewer axes {list(shape)}")
+    for p, (old, new) in enumerate(zip(v.shape, shape[lead:])):
+        if old != new and old != 1:
+            raise ImportError_(f"expand: axis {p} of {old} cannot become {new}")
+    return _pad(v, lead, shape)
+
+
+def _pad(v: Value, lead: int, shape: tuple) -> Value:
+    def loader(index: Index) -> Expr:
+        return v.load(tuple(index[lead:]))
+    return attrs.evolve(v, shape=shape, axes=(None,) * lead + v.axes,
+                        loader=loader if v.loader else None,
+                        order=tuple(p + lead for p in v.order))
+
+
+def insert_axis(v: Value, at: int) -> Value:
+    """``unsqueeze``: a broadcast axis of size 1 at position ``at``."""
+    def loader(index: Index) -> Expr:
+        return v.load(tuple(index[:at]) + tuple(index[at + 1:]))
+    return attrs.evolve(v, shape=v.shape[:at] + (1,) + v.shape[at:],
+                        axes=v.axes[:at] + (None,) + v.axes[at:],
+                        loader=loader if v.loader else None,
+                        order=tuple(p + (p >= at) for p in v.order))
+
+
+def drop_axis(v: Value, at: int) -> Value:
+    """``squeeze``/``select`` of a broadcast axis (size 1 or expanded)."""
+    if v.axes[at] is not None:
+        raise ImportError_(f"cannot drop axis {at} of size {v.shape[at]}")
+
+    def loader(index: Index) -> Expr:
+        return v.load(tuple(index[:at]) + (None,) + tuple(index[at:]))
+    return attrs.evolve(v, shape=v.shape[:at] + v.shape[at + 1:],
+                        axes=v.axes[:at] + v.axes[at + 1:],
+                        loader=loader if v.loader else None,
+                        order=tuple(p - (p > at) for p in v.order))
+
+
+def reshape(planner: DimPlanner, v: Value, shape: Sequence[int], what: str) -> Value:
+    """A view with a new shape: size-1 axes come and go; an axis splits into
+    (heads, head size) or merges back; point axes split and merge freely."""
+    shape = _infer(list(shape), v.shape, what)
+    if tuple(shape) == v.shape:
+        return v
+    # Work on the non-broadcast structure: drop every size-1 axis, regroup, re-add.
+    out = v
+    for p in reversed(range(out.rank)):
+        if out.shape[p] == 1:
+            out = drop_axis(out, p)
+    core = [s for s in shape if s != 1]
+    out = _regroup(planner, out, core, what)
+    for p, s in enumerate(shape):
+        if s == 1:
+            out = insert_axis(out, p)
+    return out
+
+
+def _infer(shape: list[int], old: tuple, what: str) -> list[int]:
+    total = 1
+    for s in old:
+        total *= s
+    if shape.count(-1) == 1:
+        rest = 1
+        for s in shape:
+            if s != -1:
+                rest *= s
+        shape[shape.index(-1)] = total // max(rest, 1)
+    n = 1
+    for s in shape:
+        n *= s
+    if n != total:
+        raise ImportError_(f"{what}: cannot view {list(old)} as {shape}")
+    return shape
+
+
+def _regroup(planner: DimPlanner, v: Value, shape: list[int], what: str) -> Value:
+    """Reshape between two shapes without size-1 axes, group by group."""
+    i = j = 0
+    out = v
+    pos = 0       # position in ``out`` of the next old axis
+    while i < v.rank or j < len(shape):
+        if i >= v.rank or j >= len(shape):
+            raise ImportError_(f"{what}: cannot view {list(v.shape)} as {shape}")
+        a, b = v.shape[i], shape[j]
+        if a == b:
+            i, j, pos = i + 1, j + 1, pos + 1
+            continue
+        if a > b:                                   # old axis i splits
+            parts, prod = [], 1
+            while prod < a:
+                parts.append(shape[j]); prod *= shape[j]; j += 1
+            if prod != a:
+                raise ImportError_(f"{what}: cannot view {list(v.shape)} as {shape}")
+            out = _split(planner, out, pos, parts, what)
+            i, pos = i + 1, pos + len(parts)
+        else:                                       # old axes merge into one
+            count, prod = 0, 1
+            while prod < b:
+                prod *= v.shape[i + count]; count += 1
+            if prod != b:
+                raise ImportError_(f"{what}: cannot view {list(v.shape)} as {shape}")
+            out = _merge(planner, out, pos, count, what)
+            i, j, pos = i + count, j + 1, pos + 1
+    return out
+
+
+def _split(planner: DimPlanner, v: Value, at: int, parts: list[int], what: str) -> Value:
+    cls = v.axes[at]
+    if cls is None:                                  # an expanded axis: stays broadcast
+        return _replace_axes(v, at, 1, tuple(parts), (None,) * len(parts), None)
+    if len(parts) != 2:
+        raise ImportError_(f"{what}: splitting an axis of {v.shape[at]} into {parts} "
+                           f"is not supported (only into heads × head size)")
+    heads, size = parts
+    outer, inner = planner.new(heads, "H"), planner.new(size, "HD")
+    planner.link_split(cls, outer, inner, what)
+    sizes, axes = (heads, size), (outer, inner)
+    if planner.planning:
+        return _replace_axes(v, at, 1, sizes, axes, _dummy)
+    if planner.dim(cls).point:                       # a point axis: index arithmetic
+        def loader(index: Index) -> Expr:
+            o, i = index[at], index[at + 1]
+            return v.load(tuple(index[:at]) + (o * size + i,) + tuple(index[at + 2:]))
+        return _replace_axes(v, at, 1, sizes, axes, loader)
+    if v.order[-1:] != (at,):
+        raise ImportError_(f"{what}: only the last axis of a block splits into heads")
+    inner_dim = planner.dim(inner).name
+
+    def loader(index: Index) -> Expr:                # head h = column block h
+        old = tuple(index[:at]) + (across(index[at]),) + tuple(index[at + 2:])
+        return E.call("relabel", E.pos(inner_dim, index[at + 1]), v.load(old))
+    return _replace_axes(v, at, 1, sizes, axes, loader)
+
+
+def _merge(planner: DimPlanner, v: Value, at: int, count: int, what: str) -> Value:
+    if count != 2:
+        raise ImportError_(f"{what}: merging {count} axes into one is not supported")
+    c1, c2 = v.axes[at], v.axes[at + 1]
+    n1, n2 = v.shape[at], v.shape[at + 1]
+    if c1 is None and c2 is None:
+        return _replace_axes(v, at, 2, (n1 * n2,), (None,), None)
+    if c1 is None:
+        raise ImportError_(f"{what}: tiling an axis by repetition is not supported")
+    merged = planner.new(n1 * n2, "H" if c2 is None else "E")
+    planner.link_merge(c1, c2, merged, what)
+    if planner.planning:
+        return _replace_axes(v, at, 2, (n1 * n2,), (merged,), _dummy)
+    d1, dm = planner.dim(c1), planner.dim(merged)
+    if c2 is None:                    # (kv heads, shared copies) -> heads: h // copies
+        def loader(index: Index) -> Expr:
+            h = index[at]
+            return v.load(tuple(index[:at]) + (h // n2, None) + tuple(index[at + 1:]))
+        return _replace_axes(v, at, 2, (n1 * n2,), (merged,), loader)
+    d2 = planner.dim(c2)
+    if d1.point and d2.point:         # batch × heads: a point index splits back
+        def loader(index: Index) -> Expr:
+            m = index[at]
+            return v.load(tuple(index[:at]) + (m // n2, m - (m // n2) * n2)
+                          + tuple(index[at + 1:]))
+        return _replace_axes(v, at, 2, (n1 * n2,), (merged,), loader)
+    if v.order[-1:] != (at + 1,):
+        raise ImportError_(f"{what}: only heads in the last axis of a block merge")
+
+    def loader(index: Index) -> Expr:                # column block m = head m
+        m = index[at]
+        inner = v.load(tuple(index[:at]) + (across(m), IConst(0)) + tuple(index[at + 1:]))
+        return E.call("relabel", E.pos(dm.name, m), inner)
+    return _replace_axes(v, at, 2, (n1 * n2,), (merged,), loader)
+
+
+def _dummy(index: Index) -> Expr:
+    """Planning-pass loader: the planning pass only learns dimensions."""
+    return E.const(0.0)
+
+
+def _replace_axes(v: Value, at: int, count: int, sizes: tuple, axes: tuple,
+                  loader: Loader | None) -> Value:
+    delta = len(sizes) - count
+
+    def default(index: Index) -> Expr:
+        return v.load(tuple(index[:at]) + (None,) * count + tuple(index[at + len(sizes):]))
+    order = []
+    for p in v.order:
+        if p < at:
+            order.append(p)
+        elif p >= at + count:
+            order.append(p + delta)
+        else:
+            order.append(at + len(sizes) - 1 if delta >= 0 else at)
+    return attrs.evolve(v, shape=v.shape[:at] + sizes + v.shape[at + count:],
+                        axes=v.axes[:at] + axes + v.axes[at + count:],
+                        loader=(loader or default) if v.loader else None,
+                        order=tuple(dict.fromkeys(order)))
+
+
+def across(ix: Idx) -> Idx:
+    """A block index used for another dimension than its variable runs over (a head
+    as a column block): written ``h // 1``, the IR's form for such an index."""
+    return ix // 1 if isinstance(ix, IVar) else ix
+
+
+def slice_axis(planner: DimPlanner, v: Value, axis: int, start, end, step, what: str) -> Value:
+    """``v[..., start:end, ...]`` along ``axis``: free on a broadcast or point axis;
+    on a tiled axis only whole blocks (a block-aligned start; the end aligned or the
+    axis's end), so the slice is a view with shifted block indices."""
+    n = v.shape[axis]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None else (end + n if end < 0 else min(end, n))
+    if step != 1:
+        raise ImportError_(f"{what}: slicing with a step of {step} is not supported")
+    if (start, end) == (0, n):
+        return v
+    length = end - start
+    cls = v.axes[axis]
+    if cls is None:
+        return _replace_axes(v, axis, 1, (length,), (None,), None)
+    part = planner.new(length, "")
+    planner.link_slice(cls, part, what)
+    if planner.planning:
+        return _replace_axes(v, axis, 1, (length,), (part,), _dummy)
+    d = planner.dim(cls)
+    if d.point:
+        def loader(index: Index) -> Expr:
+            return v.load(tuple(index[:axis]) + (index[axis] + start,)
+                          + tuple(index[axis + 1:]))
+        return _replace_axes(v, axis, 1, (length,), (part,), loader)
+    if start % d.block or (end % d.block and end != n):
+        raise ImportError_(f"{what}: slicing [{start}:{end}] of an axis tiled in blocks "
+                           f"of {d.block} (only whole blocks can be sliced)")
+    offset = start // d.block
+
+    def loader(index: Index) -> Expr:
+        i = index[axis]
+        return v.load(tuple(index[:axis]) + (i + offset if offset else across(i),)
+                      + tuple(index[axis + 1:]))
+    return _replace_axes(v, axis, 1, (length,), (part,), loader)
