@@ -42,7 +42,7 @@ def export(fn, example_inputs: tuple):
     was_training = module.training
     module.eval()
     try:
-        ep = torch.export.export(module, tuple(example_inputs), strict=False)
+        ep = _export(torch, module, tuple(example_inputs))
         table = torch.export.default_decompositions()
         for op in kept_ops(torch):
             table.pop(op, None)
@@ -56,6 +56,15 @@ def export(fn, example_inputs: tuple):
         module.train(was_training)
 
 
+def _export(torch, module, inputs):
+    """Strict export (TorchDynamo) records the whole user stack of every node, so
+    errors can name the model's own line; non-strict export traces more models."""
+    try:
+        return torch.export.export(module, inputs, strict=True)
+    except Exception:
+        return torch.export.export(module, inputs, strict=False)
+
+
 def _FunctionModule(fn):
     torch = require_torch()
 
@@ -66,13 +75,21 @@ def _FunctionModule(fn):
     return FunctionModule()
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _torch_dir() -> str:
+    import torch
+    return os.path.dirname(os.path.abspath(torch.__file__))
+
+
 def source_line(node) -> str:
     """``file:line`` of the model code that made ``node`` (outside torch itself)."""
     trace = node.meta.get("stack_trace") or ""
     frames = [ln.strip() for ln in trace.splitlines() if ln.strip().startswith("File ")]
-    torch_dir = os.sep + "torch" + os.sep
+    skip = (_torch_dir(), _PACKAGE_DIR)
     for frame in reversed(frames):
-        if torch_dir not in frame:
+        if not any(s in frame for s in skip):
             try:
                 path = frame.split('"')[1]
                 line = frame.split("line ")[1].split(",")[0]

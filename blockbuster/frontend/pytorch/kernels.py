@@ -56,15 +56,15 @@ class KernelEmitter:
         return array_value(self.planner, name, shape, axes)
 
     def mark_block_axes(self, axes: Sequence[int | None]) -> None:
-        """The last two stored axes of an array are what its blocks run over."""
-        stored = [c for c in axes if c is not None]
-        for c in stored[-2:]:
-            self.planner.mark_tiled(c)
+        """A tensor from outside (an input, a weight): its last two axes are what its
+        blocks run over; the leading ones (batch, heads) are iterated one by one."""
+        for c in axes[-2:]:
+            if c is not None:
+                self.planner.mark_tiled(c)
 
     def emit(self, hint: str, shape: Sequence[int], axes: Sequence[int | None],
              value: Callable[[Index], Expr], name: str | None = None) -> Value:
         """One kernel looping over the stored axes of a new array, storing ``value``."""
-        self.mark_block_axes(axes)
         name = name or self.fresh(hint)
         loops, index, taken = [], [], set()
         for c in axes:

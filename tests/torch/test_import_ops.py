@@ -1,0 +1,130 @@
+"""from PyTorch: operators and layouts lowered to block programs match eager PyTorch
+(float64 oracle), on ragged sizes and large magnitudes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from blockbuster.frontend.pytorch import ImportError_, lower_module
+
+from helpers_torch import float64_reference, max_rel_error, run_imported
+
+
+class NormMLP(torch.nn.Module):
+    def __init__(self, e=48, f=70, act="gelu_tanh"):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(e)
+        self.up = torch.nn.Linear(e, f)
+        self.down = torch.nn.Linear(f, e)
+        self.act = act
+
+    def forward(self, x):
+        h = self.up(self.ln(x))
+        h = {"gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "gelu": F.gelu,
+             "relu": F.relu, "silu": F.silu, "sigmoid": torch.sigmoid,
+             "tanh": torch.tanh}[self.act](h)
+        return torch.softmax(self.down(h), dim=-1)
+
+
+class UserRMSNorm(torch.nn.Module):
+    """RMSNorm as people write it, then a projection."""
+
+    def __init__(self, e=40, n=29):
+        super().__init__()
+        self.g = torch.nn.Parameter(torch.rand(e) + 0.5)
+        self.proj = torch.nn.Linear(e, n, bias=False)
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.g
+        return self.proj(x)
+
+
+@pytest.mark.parametrize("act", ["gelu_tanh", "gelu", "relu", "silu", "sigmoid", "tanh"])
+def test_layernorm_mlp_softmax_matches_eager(act):
+    model = NormMLP(act=act).eval()
+    x = torch.randn(1, 37, 48)
+    got, _, low = run_imported(model, x, blocks={"N48": 32, "N37": 16})
+    want = float64_reference(model, x).numpy()
+    assert max_rel_error(got[0], want) < 1e-5
+    assert len(low.program.kernels) >= 10          # unfused: one kernel per operation
+
+
+def test_large_magnitudes_fused_and_unfused():
+    model = NormMLP(act="gelu").eval()
+    x = torch.randn(1, 37, 48) * 1e3 + 1e3
+    want = float64_reference(model, x).numpy()
+    for fuse in (False, True):
+        got, _, _ = run_imported(model, x, fuse=fuse)
+        assert np.isfinite(got[0]).all()
+        assert max_rel_error(got[0], want) < 1e-4
+
+
+def test_rms_norm_written_by_hand_and_functional():
+    model = UserRMSNorm().eval()
+    x = torch.randn(2, 33, 40) * 30                # a leading batch axis of 2
+    got, _, low = run_imported(model, x)
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
+    assert any(d.point and d.size == 2 for d in low.program.dims)   # batch: a point dim
+
+    def functional(x, w):
+        return F.rms_norm(x, (x.shape[-1],), w, eps=1e-5)
+    w = torch.rand(40) + 0.5
+    got, ref, _ = run_imported(functional, x, w)
+    x64, w64 = x.double(), w.double()
+    want = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5) * w64
+    assert max_rel_error(got[0], want.numpy()) < 1e-5
+
+
+def test_causal_attention_with_shared_key_value_heads():
+    heads, kv_heads, t, d = 4, 2, 45, 16
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    q = torch.randn(1, heads, t, d) * 3
+    k = torch.randn(1, kv_heads, t, d) * 3
+    v = torch.randn(1, kv_heads, t, d)
+    got, _, low = run_imported(attend, q, k, v, blocks={"N45": 16})
+    kk = k.double().repeat_interleave(heads // kv_heads, dim=1)
+    vv = v.double().repeat_interleave(heads // kv_heads, dim=1)
+    s = q.double() @ kk.transpose(-1, -2) / np.sqrt(d)
+    s = s.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+    want = torch.softmax(s, -1) @ vv
+    assert max_rel_error(got[0], want.numpy()) < 1e-5
+    # causal: the reductions over keys stop at the diagonal block
+    text = str(low.program)
+    assert "[ : " in text and "keep_ge" in text
+
+
+def test_heads_split_and_merged_around_a_projection():
+    class MHA(torch.nn.Module):
+        def __init__(self, e=64, h=4):
+            super().__init__()
+            self.h = h
+            self.qkv = torch.nn.Linear(e, 3 * e)
+            self.out = torch.nn.Linear(e, e)
+
+        def forward(self, x):
+            b, t, e = x.shape
+            q, k, v = self.qkv(x).split(e, dim=2)
+            q, k, v = (z.view(b, t, self.h, e // self.h).transpose(1, 2) for z in (q, k, v))
+            o = F.scaled_dot_product_attention(q, k, v)
+            return self.out(o.transpose(1, 2).reshape(b, t, e))
+    model = MHA().eval()
+    x = torch.randn(1, 29, 64)
+    got, _, low = run_imported(model, x)
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
+    # heads are views of the projection's column blocks: no copy kernels
+    assert not any(k.name.startswith(("copy", "clone")) for k in low.program.kernels)
+
+
+def test_unsupported_operator_names_the_op_and_the_model_line():
+    def model(x):
+        return torch.cumsum(x, dim=-1)                 # the line the error must name
+    with pytest.raises(ImportError_) as err:
+        lower_module(model, torch.randn(3, 5))
+    msg = str(err.value)
+    assert "aten.cumsum" in msg and "test_import_ops.py:" in msg
+    assert "\n" not in msg
