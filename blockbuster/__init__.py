@@ -21,7 +21,7 @@ from .errors import BackendError, BlockbusterError, IRError, SourceError, UsageE
 __version__ = "0.1.0"
 
 __all__ = [
-    "workload", "fuse", "compile", "cost", "parse_program", "format_program", "verify",
+    "workload", "from_torch", "fuse", "compile", "cost", "parse_program", "format_program", "verify",
     "load_rules", "Limits",
     "BlockbusterError", "UsageError", "IRError", "BackendError", "SourceError",
     "__version__",
@@ -57,8 +57,19 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
     if verify_steps:
         from .checks.verify_steps import StepVerifier
         step_check = StepVerifier(program)
-    return fuse_program(program, rules, limits=limits, hardware=hardware,
-                        step_check=step_check, progress=progress)
+    result = fuse_program(program, rules, limits=limits, hardware=hardware,
+                          step_check=step_check, progress=progress)
+    if program.params is not None:     # an imported model keeps its parameter values
+        import attrs
+        result = attrs.evolve(result, program=result.program.evolve(params=program.params))
+    return result
+
+
+def from_torch(fn, *example_inputs, weights="bind", blocks=None, name=None):
+    """The unfused block program of a PyTorch function or module (needs the torch
+    extra). See :func:`blockbuster.frontend.pytorch.from_torch`."""
+    from .frontend.pytorch import from_torch as _from_torch
+    return _from_torch(fn, *example_inputs, weights=weights, blocks=blocks, name=name)
 
 
 def load_rules(*paths):

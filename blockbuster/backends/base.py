@@ -51,6 +51,9 @@ class CompiledProgram:
             if name in given:
                 raise BackendError(f"input '{name}' is given twice (in the dict and as a keyword)")
         given.update(kwargs)
+        for name, value in (self.program.params or {}).items():
+            if name in self.program.inputs:    # an imported model's own parameters
+                given.setdefault(name, value)
         results = self.run(self.check_inputs(given))
         for name in self.program.outputs:
             if name not in results:
@@ -68,6 +71,9 @@ class CompiledProgram:
         given = dict(arrays or {})
         given.update(weights)
         p = self.program
+        for name, value in (p.params or {}).items():
+            if name in p.weights:
+                given.setdefault(name, value)
         missing = [w for w in p.weights if w not in given]
         extra = [n for n in given if n not in p.weights]
         if extra:
@@ -112,6 +118,8 @@ class CompiledProgram:
             if arr.dtype.kind not in "biuf":
                 raise BackendError(f"input '{name}' has dtype {arr.dtype}; "
                                    "a real numeric array is needed")
+            if arr.shape != expected and _squeezed(arr.shape) == _squeezed(expected):
+                arr = arr.reshape(expected)    # e.g. a PyTorch [1, T, E] for [T, E]
             if arr.shape != expected:
                 raise BackendError(f"input '{name}' has shape {arr.shape}, but program "
                                    f"{p.name} declares {declared} with shape {expected}")
@@ -149,6 +157,10 @@ class BoundProgram:
             if name in self.fixed or name in self.weights:
                 raise BackendError(f"'{name}' is bound; call bind() again to change it")
         return self.per_call({**given, **self.fixed})
+
+
+def _squeezed(shape) -> tuple:
+    return tuple(s for s in shape if s != 1)
 
 
 def _owned_layout(arr: np.ndarray) -> np.ndarray:

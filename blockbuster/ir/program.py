@@ -66,6 +66,10 @@ class Program:
     #: Inputs that are model parameters, the same on every call (norm gains, weight
     #: matrices): what depends only on them is weight preparation, done once.
     weights: tuple[str, ...] = ()
+    #: Values of the weights, when the program came with them (an imported model's
+    #: parameters): used for any weight a caller does not pass. Not part of the
+    #: program's identity (equality, hashing) or of its text form.
+    params: dict | None = attrs.field(default=None, eq=False, repr=False)
 
     # -- lookups ---------------------------------------------------------------
     def dim(self, name: str) -> Dim:

@@ -11,9 +11,31 @@ def lower_module(fn, *example_inputs, blocks=None, name=None):
     from .capture import export
     from .lower import lower
     ep = export(fn, example_inputs)
-    name = name or type(fn).__name__ if not callable(getattr(fn, "__name__", None)) else fn.__name__
+    name = name or getattr(fn, "__name__", None) or type(fn).__name__
     name = "".join(ch if ch.isalnum() else "_" for ch in str(name)) or "model"
     return lower(ep, example_inputs, name, blocks)
 
 
-__all__ = ["ImportError_", "lower_module"]
+__all__ = ["ImportError_", "from_torch", "lower_module"]
+
+
+def from_torch(fn, *example_inputs, weights: str = "bind", blocks=None, name=None):
+    """The unfused block program of a PyTorch function or ``nn.Module``.
+
+    Captured with ``torch.export`` at ``example_inputs`` (their shapes fix the
+    program's sizes). Parameters and buffers become ``weight`` inputs; with
+    ``weights="bind"`` (the default) their values travel with the program
+    (``program.params``), so ``bb.compile(program)(x=...)`` needs only the inputs;
+    ``weights="inputs"`` leaves them for the caller to pass. Graph inputs become
+    ``input`` arrays named after the function's arguments, outputs keep their order.
+    Size-1 axes are not stored (a ``[1, T, E]`` input is the array ``[T, E]``; the
+    compiled program accepts either shape). ``blocks`` sets block sizes by
+    dimension name (dimensions are named by size: ``N64``, a second ``N64b``, heads
+    ``H``, head size ``HD``).
+    """
+    if weights not in ("bind", "inputs"):
+        raise ImportError_(f"from_torch: weights must be 'bind' or 'inputs', got {weights!r}")
+    low = lower_module(fn, *example_inputs, blocks=blocks, name=name)
+    if weights == "inputs":
+        return low.program
+    return low.program.evolve(params=dict(low.weights))
