@@ -87,7 +87,7 @@ def result_axes(op: str, args: list[Block]) -> tuple:
 def emit_load(g, node: Expr, frame: Frame) -> Block:
     array = node.attr.array
     dims = g.m.array_dims[array]
-    g.loads.append(planned_load(array, node.attr.index, dims, frame))
+    g.loads.append(planned_load(array, node.attr.index, dims, frame, g.kernel_loops))
     subs, axes = g.x.block_subscripts(
         [g.x.block_index(ix, d, frame) for ix, d in zip(node.attr.index, dims)], dims)
     # C-contiguous when every subscript after the first non-integer one is ':'.

@@ -19,7 +19,7 @@ from .place import memo_key, target_frame
 from .plan import PlannedLoad
 from .render import kernel_function
 from .schedule import KernelLoops
-from .stores import emit_store
+from .stores import emit_stores
 from .values import Frame, Namer
 
 
@@ -38,13 +38,14 @@ class KernelGenerator:
         self.parallel = False
         self._checker = None                   # the type checker, for map shapes
         self.loads: list[PlannedLoad] = []     # every global load emitted, in order
+        self.kernel_loops: tuple = ()          # the kernel's loops, in counting terms
 
     def generate(self) -> list[str]:
         """The lines of the kernel's ``@njit`` function."""
         loops = KernelLoops(self)
         self.parallel = loops.parallel
-        for store in self.stores:
-            emit_store(self, store, loops.inner)
+        self.kernel_loops = loops.loops
+        emit_stores(self, self.stores, loops.inner)
         return kernel_function(self, loops.close())
 
     def value(self, node: Expr, frame: Frame):

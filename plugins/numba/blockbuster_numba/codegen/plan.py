@@ -22,10 +22,19 @@ class PlannedLoad:
     array: str
     loops: tuple[Loop, ...]        # outermost first
     extents: tuple[Extent, ...]    # the block's non-point dimensions
+    kernel_loops: tuple[Loop, ...]  # the kernel's own loops (of more than one block)
 
     def elements(self, sums: LoopSums | None = None) -> int:
         """Elements this load moves over every iteration of its loops."""
         return (sums or LoopSums()).count(self.loops, self.extents)
+
+    def elements_per_instance(self, sums: LoopSums | None = None) -> int:
+        """Elements moved if the load ran once per kernel instance (iteration of the
+        kernel's loops) at least, as the cost model counts: the generator hoists a
+        load no kernel loop needs out of those loops, which the cost model, whose
+        kernel instances share nothing, does not."""
+        inner = tuple(loop for loop in self.loops if loop not in self.kernel_loops)
+        return (sums or LoopSums()).count(self.kernel_loops + inner, self.extents)
 
 
 def plan_index(ix, frame: Frame):
@@ -40,9 +49,9 @@ def plan_index(ix, frame: Frame):
     return substitute(ix, mapping)
 
 
-def planned_load(array: str, index, dims, frame: Frame) -> PlannedLoad:
+def planned_load(array: str, index, dims, frame: Frame, kernel_loops) -> PlannedLoad:
     """The load ``array[index]`` (over ``dims``) emitted in ``frame``."""
     loops = tuple(b.loop for f in frame.chain() for b in f.binds.values()
                   if b.loop is not None)
     extents = tuple((d, plan_index(ix, frame)) for ix, d in zip(index, dims) if not d.point)
-    return PlannedLoad(array, loops, extents)
+    return PlannedLoad(array, loops, extents, tuple(kernel_loops))

@@ -16,7 +16,7 @@ from blockbuster.ir.expr import Expr
 from blockbuster.ir.index import IConst
 
 from .elementwise import ew, loop_nest, materialize, write
-from .maps import emit_map, map_shape
+from .maps import emit_maps, map_shape, sibling_groups
 from .schedule import close_loop, open_loop
 from .values import Block, Frame, IndexCode, MapArray, Multi, Nest, Sink, indent, shape_text
 
@@ -70,20 +70,34 @@ def emit_reduce(g, node: Expr, frame: Frame):
     return outs[0] if len(outs) == 1 else Multi(outs)
 
 
-def passenger(g, body: Expr, inner: Frame, frame: Frame, single: bool, mode: str,
-               acc_axes, alpha=None):
-    """Emit one passenger body and combine it into a new accumulator; returns the
-    accumulator's value (or the term itself when the loop has a single trip)."""
+def passengers(g, bodies, inner: Frame, frame: Frame, single: bool, mode: str,
+               acc_axes, alpha=None) -> list:
+    """Emit the passenger bodies and combine each into a new accumulator; returns
+    the accumulators' values (or the terms themselves when the loop has a single
+    trip). Sibling ``map`` bodies over one variable are accumulated in one loop."""
     if single:
-        return g.value(body, inner)
-    if body.op == "map":   # accumulate straight into the accumulator array
-        arr = map_shape(g, body, inner)
-        name = g.names.fresh("acc")
-        fill = "np.full" if mode == "max" else "np.zeros"
-        extra = ", NEG_INF" if mode == "max" else ""
-        frame.lines.append(f"{name} = {fill}({shape_text(arr)}{extra}, DT)")
-        m = emit_map(g, body, inner, Sink(name, (), mode, alpha))
-        return MapArray(name, m.levels, m.loop_names, acc_axes(m.elem_axes))
+        return [g.value(body, inner) for body in bodies]
+    outs: list = [None] * len(bodies)
+    for group in sibling_groups(bodies):
+        if bodies[group[0]].op != "map":
+            outs[group[0]] = passenger(g, bodies[group[0]], inner, frame, mode, acc_axes, alpha)
+            continue
+        sinks = []           # accumulate straight into the accumulator arrays
+        for i in group:
+            name = g.names.fresh("acc")
+            fill = "np.full" if mode == "max" else "np.zeros"
+            extra = ", NEG_INF" if mode == "max" else ""
+            shape = shape_text(map_shape(g, bodies[i], inner))
+            frame.lines.append(f"{name} = {fill}({shape}{extra}, DT)")
+            sinks.append(Sink(name, (), mode, alpha))
+        maps = emit_maps(g, [bodies[i] for i in group], inner, sinks)
+        for i, sink, m in zip(group, sinks, maps):
+            outs[i] = MapArray(sink.array, m.levels, m.loop_names, acc_axes(m.elem_axes))
+    return outs
+
+
+def passenger(g, body: Expr, inner: Frame, frame: Frame, mode: str, acc_axes, alpha=None):
+    """Emit one passenger body (not a ``map``) and combine it into a new accumulator."""
     t = g.value(body, inner)
     name = g.names.fresh("acc")
     if isinstance(t, MapArray):
@@ -113,11 +127,11 @@ def passenger(g, body: Expr, inner: Frame, frame: Frame, single: bool, mode: str
 
 
 def reduce_sum(g, node, frame, inner, b, single, acc_axes):
-    return [passenger(g, t, inner, frame, single, "add", acc_axes) for t in node.args]
+    return passengers(g, node.args, inner, frame, single, "add", acc_axes)
 
 
 def reduce_max(g, node, frame, inner, b, single, acc_axes):
-    return [passenger(g, t, inner, frame, single, "max", acc_axes) for t in node.args]
+    return passengers(g, node.args, inner, frame, single, "max", acc_axes)
 
 
 def reduce_online_softmax(g, node, frame, inner, b, single, acc_axes):
@@ -159,8 +173,7 @@ def reduce_online_softmax(g, node, frame, inner, b, single, acc_axes):
     loop_nest(g, inner.lines, x.axes, body)
     b.runmax = Block(rows, name=seen, frame=inner, hint="m_seen")
     outs = [Block(acc_rows, name=m, frame=frame, hint="m_run")]
-    for t in node.args[1:]:
-        outs.append(passenger(g, t, inner, frame, False, "scale_add", acc_axes, alpha))
+    outs += passengers(g, node.args[1:], inner, frame, False, "scale_add", acc_axes, alpha)
     return outs
 
 
@@ -230,8 +243,7 @@ def reduce_meanvar(g, node, frame, inner, b, single, acc_axes):
     lines.append(f"{nsum} = {tot}")
     outs = [Block((), name=nsum, frame=frame), Block(acc_rows, name=s, frame=frame),
             Block(acc_rows, name=q, frame=frame)]
-    for t in node.args[1:]:
-        outs.append(passenger(g, t, inner, frame, False, "add", acc_axes))
+    outs += passengers(g, node.args[1:], inner, frame, False, "add", acc_axes)
     return outs
 
 

@@ -108,6 +108,11 @@ class KernelLoops:
             self.frames.append(frame)
 
     @property
+    def loops(self) -> tuple:
+        """The kernel's loops (of more than one block) in counting terms."""
+        return tuple(b.loop for f in self.frames for b in f.binds.values() if b.loop)
+
+    @property
     def inner(self) -> Frame:
         return self.frames[-1]
 

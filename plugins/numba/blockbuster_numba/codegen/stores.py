@@ -11,31 +11,58 @@ from blockbuster.errors import BackendError
 from blockbuster.ir.program import Store
 
 from .elementwise import materialize, write
-from .maps import emit_map
+from .maps import emit_maps
 from .values import Block, Frame, IndexCode, MapArray, Sink, indent
 
 
-def emit_store(g, store: Store, frame: Frame) -> None:
-    array = store.array
-    dims = g.m.array_dims[array]
+def emit_stores(g, stores, frame: Frame) -> None:
+    """Every store of the kernel, in order; maps over one variable stored with ``:``
+    share one loop (what their elements share is loaded once per index)."""
+    sinks = [direct_sink(g, s, frame) for s in stores]
+    groups: dict = {}
+    for i, (store, sink) in enumerate(zip(stores, sinks)):
+        key = (store.value.attr.var, store.value.attr.dim) if sink else ("", i)
+        groups.setdefault(key, []).append(i)
+    for group in groups.values():
+        for i in group:
+            store_comment(stores[i], frame)
+        if sinks[group[0]] is None:
+            emit_store(g, stores[group[0]], frame)
+        else:
+            emit_maps(g, [stores[i].value for i in group], frame, [sinks[i] for i in group])
+
+
+def store_comment(store: Store, frame: Frame) -> None:
     text = ", ".join(":" if i is None else str(i) for i in store.index)
-    frame.lines.append(f"# store {array}[{text}]")
+    frame.lines.append(f"# store {store.array}[{text}]")
+
+
+def direct_sink(g, store: Store, frame: Frame) -> Sink | None:
+    """For a ``map(...)`` stored with ``:`` and used nowhere else, the sink that puts
+    each element straight into its destination block; else None."""
+    dims = g.m.array_dims[store.array]
     colons = [k for k, ix in enumerate(store.index) if ix is None]
     depth, node = 0, store.value
     while node.op == "map":
         depth, node = depth + 1, node.args[0]
-    if colons and depth == len(colons) and g.uses[store.value] == 1:
-        # map(...) stored with ':': each element goes straight to its block.
-        fixed = {k: g.x.block_index(ix, d, frame)
-                 for k, (ix, d) in enumerate(zip(store.index, dims)) if ix is not None}
+    if not (colons and depth == len(colons) and g.uses[store.value] == 1):
+        return None
+    fixed = {k: g.x.block_index(ix, d, frame)
+             for k, (ix, d) in enumerate(zip(store.index, dims)) if ix is not None}
 
-        def view(prefix, at: Frame):
-            it = iter(prefix)
-            blocks = [fixed[k] if k in fixed else next(it) for k in range(len(dims))]
-            return dest_view(g, array, blocks, at)
+    def view(prefix, at: Frame):
+        it = iter(prefix)
+        blocks = [fixed[k] if k in fixed else next(it) for k in range(len(dims))]
+        return dest_view(g, store.array, blocks, at)
 
-        emit_map(g, store.value, frame, Sink(None, view=view))
-        return
+    return Sink(None, view=view)
+
+
+def emit_store(g, store: Store, frame: Frame) -> None:
+    """A store of a block, or of a map array computed as a value."""
+    array = store.array
+    dims = g.m.array_dims[array]
+    colons = [k for k, ix in enumerate(store.index) if ix is None]
     v = g.value(store.value, frame)
     if not colons:
         if not isinstance(v, Block):
