@@ -71,7 +71,7 @@ def emit_reduce(g, node: Expr, frame: Frame):
 
 
 def passengers(g, bodies, inner: Frame, frame: Frame, single: bool, mode: str,
-               acc_axes, alpha=None) -> list:
+              acc_axes, alpha=None) -> list:
     """Emit the passenger bodies and combine each into a new accumulator; returns
     the accumulators' values (or the terms themselves when the loop has a single
     trip). Sibling ``map`` bodies over one variable are accumulated in one loop."""
