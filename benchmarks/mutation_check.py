@@ -81,7 +81,7 @@ MUTATIONS = [
              "alpha = np.exp(m - seen)", "alpha = np.exp(m - seen) * 0 + 1",
              ("tests/conformance/test_stateful_combiners.py",)),
     Mutation("numba online softmax forgets to rescale",
-             ("plugins/numba/blockbuster_numba/codegen.py",),
+             ("plugins/numba/blockbuster_numba/codegen/reductions.py",),
              'f"{alpha}[r] = exp_({m}[r] - {sn})"', 'f"{alpha}[r] = exp_({sn} - {sn})"',
              ("tests/conformance/test_stateful_combiners.py",)),
     # --- verifier --------------------------------------------------------------------

@@ -6,10 +6,12 @@ Execution model (what the counts assume, and what a code generator does):
   is shared between instances, so every instance loads what it needs.
 * Inside an instance, a node runs inside the innermost ``reduce``/``map`` loop whose
   variable it uses, and no deeper (loop-invariant code motion): ``B[i]`` inside
-  ``sum(k in K: ...)`` runs once per instance, not once per ``k``. Hash-consing makes
-  a node shared by several consumers one node: it runs once per iteration of the
-  loops it is placed in. Two *different* ``reduce`` nodes are two different loops, even
-  over the same range, so a load used in both runs in both (merging them is a fusion).
+  ``sum(k in K: ...)`` runs once per instance, not once per ``k``; this is the
+  placement rule the code generators emit with (:mod:`blockbuster.ir.placement`).
+  Hash-consing makes a node shared by several consumers one node: it runs once per
+  iteration of the loops it is placed in. Two *different* ``reduce`` nodes are two
+  different loops, even over the same range, so a load used in both runs in both
+  (merging them is a fusion).
 * A ``load`` moves the product of the block extents of its non-point dimensions (at
   the block indices its subscripts evaluate to; ragged blocks are smaller) each time
   it runs. A store writes each subscripted block once; a ``:`` subscript writes
@@ -57,6 +59,7 @@ from ..ir.combiners import COMBINERS
 from ..ir.expr import Expr
 from ..ir.index import IConst, IVar, Idx, free_vars as index_vars, substitute
 from ..ir.ops import OPS
+from ..ir.placement import Binder, binds_loop, place
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
 from .hardware import DEFAULT_HARDWARE, Hardware
@@ -236,13 +239,10 @@ class _Frame:
     var: str
     loop: Loop
     binder: Expr | None = None
+    iterates: bool = True     # False: a one-block reduce/map (see ir.placement)
 
 
 Chain = tuple[_Frame, ...]
-
-
-def _single_block(loop: Loop) -> bool:
-    return loop.dim.nblocks == 1 and loop.lo is None and loop.hi is None
 
 
 class _KernelCounter:
@@ -256,6 +256,7 @@ class _KernelCounter:
         self._shapes: dict[tuple[Expr, Chain], object] = {}
         self._first_shape: dict[Expr, object] = {}        # for the footprint
         self._scopes: dict[Chain, dict[str, int]] = {}
+        self._binders: dict[Chain, tuple[Binder, ...]] = {}
         self._array_names = itertools.count()
 
         top = tuple(_Frame(v, Loop(f"_{d}", self.dims[dim]))
@@ -278,23 +279,14 @@ class _KernelCounter:
         return scope
 
     def _place(self, node: Expr, ctx: Chain) -> Chain:
-        """The prefix of ``ctx`` a node runs in: down to the innermost loop it uses.
-        A reduce/map loop of one block is no loop (its variable is always 0), so it
-        does not pin a node inside it."""
-        depth = self.nk
-        if node.free_vars:
-            scope = self._scope(ctx)
-            for v in node.free_vars:
-                d = scope.get(v)
-                if d is None:       # a one-block loop this node's parent left behind
-                    continue
-                frame = ctx[d]
-                if (d >= self.nk and _single_block(frame.loop) and not (
-                        frame.binder is not None and frame.binder.op == "reduce"
-                        and frame.binder.attr.combiner == "online_softmax")):
-                    continue
-                depth = max(depth, d + 1)
-        return ctx[:depth]
+        """The prefix of ``ctx`` a node runs in (the shared placement rule): down to
+        the innermost loop it uses, and never outside its kernel instance."""
+        if not node.free_vars:
+            return ctx[:self.nk]
+        binders = self._binders.get(ctx)
+        if binders is None:
+            binders = self._binders[ctx] = tuple(Binder(f.var, f.iterates) for f in ctx)
+        return ctx[:place(node.free_vars, binders, floor=self.nk)]
 
     def _rename(self, ix: Idx | None, chain: Chain) -> Idx | None:
         if ix is None:
@@ -401,7 +393,8 @@ class _KernelCounter:
     def _enter(self, node: Expr, at: Chain, dim: str, lo=None, hi=None) -> Chain:
         """``at`` plus the loop that ``node`` (a reduce or map) binds."""
         loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at), self._rename(hi, at))
-        return at + (_Frame(node.attr.var, loop, node if node.op == "reduce" else None),)
+        return at + (_Frame(node.attr.var, loop, node if node.op == "reduce" else None,
+                            binds_loop(node, self.dims[dim])),)
 
     def _map(self, node: Expr, at: Chain):
         inner = self._binder_context(node, at)

@@ -1,0 +1,69 @@
+"""Where a value is computed: the placement rule the cost model and code generators share.
+
+Nodes are hash-consed, so a node is computed once per *binding* of its free
+variables, in the innermost enclosing loop that binds one of them; everything else is
+hoisted out of the loops it does not use (loop-invariant code motion). A ``reduce`` or
+``map`` over every block of a one-block dimension is no loop (its variable is always
+block 0), so it does not keep a node inside it, except an ``online_softmax``, whose
+``runmax`` needs the binding.
+
+The cost model counts with this rule (each load moves its block once per iteration of
+the loops it is placed in) and the Numba generator emits code with it, so what the
+model counts is what the generated code does.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import attrs
+
+from .expr import Expr
+from .index import IConst
+from .types import Dim
+
+
+@attrs.frozen
+class Binder:
+    """One enclosing binder of a block-index variable, outermost first in a chain.
+    ``loop``: it iterates (False: it binds its variable to one block, so it does not
+    keep a node inside it)."""
+
+    var: str
+    loop: bool = True
+
+
+def binds_loop(node: Expr, dim: Dim) -> bool:
+    """Whether the ``reduce``/``map`` ``node`` over ``dim`` is a loop for placement:
+    not one over the whole of a one-block dimension (except ``online_softmax``)."""
+    if dim.nblocks != 1:
+        return True
+    if node.op == "reduce":
+        a = node.attr
+        if a.combiner == "online_softmax":
+            return True
+        return not (_at_most(a.lo, 0) and _at_least(a.hi, 1))
+    return False
+
+
+def _at_most(ix, value: int) -> bool:
+    return ix is None or (isinstance(ix, IConst) and ix.value <= value)
+
+
+def _at_least(ix, value: int) -> bool:
+    return ix is None or (isinstance(ix, IConst) and ix.value >= value)
+
+
+def place(free_vars: Iterable[str], chain: Sequence[Binder], floor: int = 0) -> int:
+    """How many binders of ``chain`` (outermost first) a node with ``free_vars``
+    is computed inside: down to the innermost loop binding one of its variables, and
+    at least ``floor`` (the binders every node stays inside, e.g. a kernel's parallel
+    loops). A variable bound twice is bound by its innermost binder; a variable the
+    chain does not bind (one-block loops left behind) does not move the node."""
+    innermost = {b.var: d for d, b in enumerate(chain)}
+    depth = floor
+    for v in free_vars:
+        d = innermost.get(v)
+        if d is not None and chain[d].loop:
+            depth = max(depth, d + 1)
+    return depth

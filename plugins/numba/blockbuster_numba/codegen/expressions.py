@@ -1,0 +1,178 @@
+"""Stage 4, lower: one expression node, emitted in the frame placement chose.
+
+Leaves and block operators with a loop structure of their own are lowered here;
+elementwise operators become lazy blocks (:mod:`.elementwise`), ``reduce`` and
+``map`` have modules of their own.
+
+* **Loads are views** of the global arrays starting at 0 (no copy; offsets inside
+  a loop would block vectorisation).
+* **Block operators** with their own loop structure: ``dot`` calls ``np.dot`` (BLAS)
+  on contiguous blocks; row/column sums and maxima are explicit loops.
+"""
+
+from __future__ import annotations
+
+from blockbuster.errors import BackendError
+from blockbuster.ir.expr import Expr
+from blockbuster.ir.printer import format_expr
+
+from ..lowering import BINARY_CODE, INBLOCK, UNARY_CODE
+from . import elementwise as ew
+from .maps import emit_map
+from .plan import planned_load
+from .reductions import emit_reduce
+from .values import Axis, Block, Frame, MapArray, Multi, Nest, padded
+
+
+def emit(g, node: Expr, frame: Frame):
+    """The value of ``node``, emitted in ``frame`` (its placement)."""
+    op = node.op
+    if op == "const":
+        return Block((), name=g.m.const(node.attr), frame=frame)
+    if op == "load":
+        return emit_load(g, node, frame)
+    if op == "pos":
+        d = g.dims[node.attr.dim]
+        axis = Axis(d, g.x.block_index(node.attr.index, d, frame))
+        return Block((axis,), node=node, frame=frame, hint="pos")
+    if op == "runmax":
+        _, b = frame.resolve(node.attr)
+        if b.runmax is None:
+            raise BackendError(f"numba: runmax({node.attr}) outside its online_softmax")
+        return b.runmax
+    if op == "proj":
+        multi = g.value(node.args[0], frame)
+        if not isinstance(multi, Multi):
+            raise BackendError("numba: proj of a single-output value")
+        return multi.items[node.attr]
+    if op == "reduce":
+        return emit_reduce(g, node, frame)
+    if op == "map":
+        return emit_map(g, node, frame)
+    if op == "get":
+        return emit_get(g, node, frame)
+    args = [g.value(a, frame) for a in node.args]
+    for a in args:
+        if not isinstance(a, Block):
+            raise BackendError(f"numba: '{op}' cannot take a map array or a tuple "
+                               f"in `{format_expr(node)[:80]}`")
+    if op == "dot":
+        return emit_dot(g, args, frame)
+    if op in INBLOCK:
+        return emit_inblock_reduce(g, node, args[0], frame)
+    return Block(result_axes(op, args), node=node, args=args, frame=frame, hint=op)
+
+
+def result_axes(op: str, args: list[Block]) -> tuple:
+    """The axes of elementwise/broadcast/layout operator ``op`` over ``args``."""
+    if op in UNARY_CODE:
+        return args[0].axes
+    if op in BINARY_CODE:
+        return args[0].axes if args[0].rank else args[1].axes
+    if op in ("rowscale", "rowshift", "colscale", "colshift"):
+        return args[1].axes
+    if op == "keep_ge":
+        return args[2].axes
+    if op == "outer":
+        return (args[0].axes[0], args[1].axes[0])
+    if op == "transpose":
+        return args[0].axes[::-1]
+    if op == "rotate_half":
+        return args[0].axes
+    if op == "relabel":       # a's values, its columns renamed to p's dimension
+        return (args[1].axes[0], args[0].axes[0])
+    raise BackendError(f"numba: no code for operator '{op}'")
+
+
+def emit_load(g, node: Expr, frame: Frame) -> Block:
+    array = node.attr.array
+    dims = g.m.array_dims[array]
+    g.loads.append(planned_load(array, node.attr.index, dims, frame, g.kernel_loops))
+    subs, axes = g.x.block_subscripts(
+        [g.x.block_index(ix, d, frame) for ix, d in zip(node.attr.index, dims)], dims)
+    # C-contiguous when every subscript after the first non-integer one is ':'.
+    first = next((i for i, (s, d) in enumerate(zip(subs, dims)) if not d.point), None)
+    contig = first is not None and all(s == ":" for s in subs[first + 1:])
+    while subs and subs[-1] == ":" and len(subs) > 1:
+        subs.pop()   # X[a:b] is typed C-contiguous by Numba, X[a:b, :] is not
+    arg = g.m.arg_names[array]
+    if not axes:   # every dimension a point: a scalar element
+        return Block((), name=f"{arg}[{', '.join(subs)}]", frame=frame)
+    name = g.names.fresh(f"{array}_blk")
+    frame.lines.append(f"{name} = {arg}[{', '.join(subs)}]")
+    return Block(axes, name=name, frame=frame, contig=contig, hint=array)
+
+
+def emit_get(g, node: Expr, frame: Frame):
+    """Block ``var`` of a map array: a view of the padded array, cut to the
+    element's actual extents where they may be smaller (ragged)."""
+    arr = g.value(node.args[0], frame)
+    if not isinstance(arr, MapArray):
+        raise BackendError(f"numba: get needs a map array in `{format_expr(node)[:80]}`")
+    _, b = frame.resolve(node.attr)
+    loop, rest = arr.loop_names[0], arr.loop_names[1:]
+    axes = tuple(a.subst(loop, b.code) for a in arr.elem_axes)
+    name = g.names.fresh(arr.name + "_get")
+    if rest:   # an array of arrays: one level less
+        frame.lines.append(f"{name} = {arr.name}[{b.name}]")
+        return MapArray(name, arr.levels[1:], rest, axes)
+    cuts = [g.x.ext(a) for a in axes]
+    exact = all(cut == str(padded(a.dim)) for cut, a in zip(cuts, axes))
+    if exact:
+        frame.lines.append(f"{name} = {arr.name}[{b.name}]")
+    else:
+        subs = [":" if cut == str(padded(a.dim)) else ":" + cut for cut, a in zip(cuts, axes)]
+        frame.lines.append(f"{name} = {arr.name}[{b.name}, {', '.join(subs)}]")
+    return Block(axes, name=name, frame=frame, contig=exact or len(axes) < 2, hint="get")
+
+
+def matrix(g, v: Block) -> str:
+    """Code of ``v`` as a 2-D array ``np.dot`` can take without copying."""
+    if v.lazy and v.node.op == "transpose" and not v.args[0].lazy:
+        return matrix(g, v.args[0]) + ".T"
+    if v.lazy and v.node.op == "relabel":     # a view: the same values
+        return matrix(g, v.args[1])
+    ew.materialize(g, v)
+    if v.contig:
+        return v.name
+    if v._contig_name is None:
+        v._contig_name = g.names.fresh(v.hint + "_c")
+        v.frame.lines.append(f"{v._contig_name} = np.ascontiguousarray({v.name})")
+    return v._contig_name
+
+
+def emit_dot(g, args, frame: Frame) -> Block:
+    a, b = args
+    name = g.names.fresh("dot")
+    frame.lines.append(f"{name} = np.dot({matrix(g, a)}, {matrix(g, b)})")
+    return Block((a.axes[0], b.axes[1]), name=name, frame=frame, hint="dot")
+
+
+def emit_inblock_reduce(g, node: Expr, a: Block, frame: Frame) -> Block:
+    op = node.op
+    if a.lazy and a.rank == 2 and not (
+            a.frame.lines is frame.lines and (ew.cheap(a) or g.uses[a.node] <= 1)):
+        # The operand is needed elsewhere too: store it, reducing in the same loop.
+        return ew.materialize(g, a, want=node)
+    name = g.names.fresh(op)
+    axes = (a.axes[0],) if op.startswith("row") else (a.axes[1],)
+    combine = "{0} + {1}" if op.endswith("sum") else "maximum_({0}, {1})"
+    init = "ZERO" if op.endswith("sum") else "NEG_INF"
+    if op.startswith("row"):
+        frame.lines.append(f"{name} = np.empty({g.x.shape(axes)}, DT)")
+        acc = g.names.fresh("acc")
+
+        def body(n: Nest):
+            x = ew.ew(g, a, n.idx, n)
+            return ([f"{acc} = {init}"], [f"{acc} = {combine.format(acc, x)}"],
+                    [f"{name}[r] = {acc}"])
+    else:
+        fill = "np.zeros" if op.endswith("sum") else "np.full"
+        extra = "" if op.endswith("sum") else ", NEG_INF"
+        frame.lines.append(f"{name} = {fill}({g.x.shape(axes)}{extra}, DT)")
+
+        def body(n: Nest):
+            x = ew.ew(g, a, n.idx, n)
+            return [], [f"{name}[c] = {combine.format(f'{name}[c]', x)}"], []
+    ew.loop_nest(g, frame.lines, a.axes, body)
+    return Block(axes, name=name, frame=frame, hint=op)

@@ -1,0 +1,65 @@
+"""The module being generated: its names, constants and kernels, in program order."""
+
+from __future__ import annotations
+
+from blockbuster.errors import BackendError
+from blockbuster.ir.printer import format_float
+from blockbuster.ir.program import Kernel, Program
+
+from ..runtime import HELPERS
+from .kernel import KernelGenerator
+from .render import module_source
+from .values import Namer
+
+
+class ModuleGenerator:
+    """Generates the module source for one program (``generate_source``)."""
+
+    def __init__(self, program: Program, dtype: str = "float32", threads: int = 2,
+                 header: str = "", parallel: bool | None = None):
+        if dtype not in HELPERS:
+            raise BackendError(f"numba: dtype must be float32 or float64, got {dtype}")
+        self.program = program
+        self.dtype = dtype
+        self.threads = max(1, threads)
+        self.parallel = parallel     # None: decided per kernel from its work
+        self.header = header
+        self.dims = program.dim_map
+        self.array_dims = {a.name: [self.dims[d] for d in a.dims] for a in program.arrays}
+        self.consts: dict[str, str] = {}          # float hex -> module constant name
+        self.const_lines: list[str] = []
+        self.local_names: set[str] = set()      # every kernel's locals (consts avoid them)
+        self.module_names = Namer(avoid=self.local_names)
+        # Array names become the kernels' argument names (and the driver's locals).
+        self.arg_names = {a.name: self.module_names.fresh(a.name) for a in program.arrays}
+        self.kernel_names: dict[str, str] = {}
+        self.kernels: list[KernelGenerator] = []  # after generate(): each kernel's plan
+
+    def generate(self) -> str:
+        sources = []
+        for k in self.program.kernels:
+            gen = KernelGenerator(self, k)
+            sources.append(gen.generate())
+            self.kernels.append(gen)
+        return module_source(self, sources, HELPERS[self.dtype])
+
+    def const(self, value: float) -> str:
+        key = float(value).hex()
+        name = self.consts.get(key)
+        if name is None:
+            name = self.module_names.fresh(f"C{len(self.consts)}")
+            self.consts[key] = name
+            text = format_float(value)
+            literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
+            self.const_lines.append(f"{name} = DT({literal})")
+        return name
+
+    def kernel_fn(self, kernel: Kernel) -> str:
+        name = self.kernel_names.get(kernel.name)
+        if name is None:
+            name = self.kernel_names[kernel.name] = self.module_names.fresh("kernel_" + kernel.name)
+        return name
+
+    def kernel_args(self, kernel: Kernel) -> list[str]:
+        used = kernel.reads() | set(kernel.writes())
+        return [a.name for a in self.program.arrays if a.name in used]

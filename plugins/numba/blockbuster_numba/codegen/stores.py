@@ -1,0 +1,117 @@
+"""Stage 4, lower: a kernel's stores, each through a view of its destination block.
+
+A block is written element by element by the loop nest that computes it (the lazy
+elementwise chain is fused into the store); a ``map`` stored with ``:`` writes each
+element straight to its block; a held map array is copied out block by block.
+"""
+
+from __future__ import annotations
+
+from blockbuster.errors import BackendError
+from blockbuster.ir.program import Store
+
+from .elementwise import materialize, write
+from .maps import emit_maps
+from .values import Block, Frame, IndexCode, MapArray, Sink, indent
+
+
+def emit_stores(g, stores, frame: Frame) -> None:
+    """Every store of the kernel, in order; maps over one variable stored with ``:``
+    share one loop (what their elements share is loaded once per index)."""
+    sinks = [direct_sink(g, s, frame) for s in stores]
+    groups: dict = {}
+    for i, (store, sink) in enumerate(zip(stores, sinks)):
+        key = (store.value.attr.var, store.value.attr.dim) if sink else ("", i)
+        groups.setdefault(key, []).append(i)
+    for group in groups.values():
+        for i in group:
+            store_comment(stores[i], frame)
+        if sinks[group[0]] is None:
+            emit_store(g, stores[group[0]], frame)
+        else:
+            emit_maps(g, [stores[i].value for i in group], frame, [sinks[i] for i in group])
+
+
+def store_comment(store: Store, frame: Frame) -> None:
+    text = ", ".join(":" if i is None else str(i) for i in store.index)
+    frame.lines.append(f"# store {store.array}[{text}]")
+
+
+def direct_sink(g, store: Store, frame: Frame) -> Sink | None:
+    """For a ``map(...)`` stored with ``:`` and used nowhere else, the sink that puts
+    each element straight into its destination block; else None."""
+    dims = g.m.array_dims[store.array]
+    colons = [k for k, ix in enumerate(store.index) if ix is None]
+    depth, node = 0, store.value
+    while node.op == "map":
+        depth, node = depth + 1, node.args[0]
+    if not (colons and depth == len(colons) and g.uses[store.value] == 1):
+        return None
+    fixed = {k: g.x.block_index(ix, d, frame)
+             for k, (ix, d) in enumerate(zip(store.index, dims)) if ix is not None}
+
+    def view(prefix, at: Frame):
+        it = iter(prefix)
+        blocks = [fixed[k] if k in fixed else next(it) for k in range(len(dims))]
+        return dest_view(g, store.array, blocks, at)
+
+    return Sink(None, view=view)
+
+
+def emit_store(g, store: Store, frame: Frame) -> None:
+    """A store of a block, or of a map array computed as a value."""
+    array = store.array
+    dims = g.m.array_dims[array]
+    colons = [k for k, ix in enumerate(store.index) if ix is None]
+    v = g.value(store.value, frame)
+    if not colons:
+        if not isinstance(v, Block):
+            raise BackendError(f"numba: store to {array} needs a block value")
+        blocks = [g.x.block_index(ix, d, frame) for ix, d in zip(store.index, dims)]
+        store_block(g, array, blocks, v, frame)
+        return
+    if not isinstance(v, MapArray) or len(v.levels) < len(colons):
+        raise BackendError(f"numba: ':' store to {array} needs a map value")
+    # One loop per ':', outermost map level first; each element is a view of the
+    # padded map array (its actual extents come from the element's axes).
+    sub = Frame(frame)
+    names = []
+    for k in colons:
+        name = g.names.fresh(dims[k].name.lower() + "_b")
+        names.append(name)
+        sub.lines.extend(g.x.block_vars(name, dims[k]))
+    it = iter(names)
+    blocks = [IndexCode.var(next(it)) if ix is None else g.x.block_index(ix, d, frame)
+              for ix, d in zip(store.index, dims)]
+    elem = g.names.fresh(v.name + "_elem")
+    sub.lines.append(f"{elem} = {v.name}[{', '.join(names)}]")
+    src = Block(v.element_axes([IndexCode.var(n) for n in names]), name=elem, frame=sub, contig=False)
+    store_block(g, array, blocks, src, sub)
+    nested = sub.lines
+    for k, name in reversed(list(zip(colons, names))):
+        nested = [f"for {name} in range({dims[k].nblocks}):"] + indent(nested)
+    frame.lines.extend(nested)
+
+
+def store_block(g, array: str, blocks, v: Block, frame: Frame) -> None:
+    """``array[blocks] = v`` through a view of the destination block."""
+    view, axes = dest_view(g, array, blocks, frame)
+    if not axes:
+        materialize(g, v)
+        frame.lines.append(f"{view} = {v.name}")
+        return
+    write(g, v, Sink(view), frame, axes)
+
+
+def dest_view(g, array: str, blocks, frame: Frame):
+    """A view of block ``blocks`` of ``array`` (emitted in ``frame``) and its axes;
+    for a block of point dimensions only, the element itself and no axes."""
+    arg = g.m.arg_names[array]
+    subs, axes = g.x.block_subscripts(blocks, g.m.array_dims[array])
+    while len(subs) > 1 and subs[-1] == ":":
+        subs.pop()
+    if not axes:
+        return f"{arg}[{', '.join(subs)}]", ()
+    view = g.names.fresh(array + "_out")
+    frame.lines.append(f"{view} = {arg}[{', '.join(subs)}]")
+    return view, tuple(axes)
