@@ -9,11 +9,11 @@ def lower_module(fn, *example_inputs, blocks=None, name=None):
     """Capture and lower; returns a :class:`.lower.Lowered` (program, boundaries,
     weight values)."""
     from .capture import export
-    from .lower import lower
+    from .lower import lower, source_from_export
     ep = export(fn, example_inputs)
     name = name or getattr(fn, "__name__", None) or type(fn).__name__
     name = "".join(ch if ch.isalnum() else "_" for ch in str(name)) or "model"
-    return lower(ep, example_inputs, name, blocks)
+    return lower(source_from_export(ep, example_inputs), name, blocks)
 
 
 __all__ = ["ImportError_", "from_torch", "lower_module"]

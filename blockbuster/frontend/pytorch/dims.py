@@ -24,7 +24,12 @@ DEFAULT_BLOCK = 64
 
 
 class ImportError_(UsageError):
-    """A model cannot be imported (unsupported operator, layout or size)."""
+    """A model cannot be imported (unsupported operator, layout or size). ``node``
+    names the graph node that could not be lowered, when one is to blame."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
 
 
 @attrs.define

@@ -32,6 +32,31 @@ class Boundary:
 
 
 @attrs.frozen
+class GraphSource:
+    """What the lowering reads: an ATen graph, the role of each placeholder
+    (``USER_INPUT`` or ``PARAMETER``/``BUFFER``/``CONSTANT_TENSOR``), a display name
+    per parameter, and every node's value at the example inputs (for folding)."""
+
+    graph: object
+    kind: dict
+    target: dict
+    recorded: dict
+
+
+def source_from_export(ep, example_inputs, parameters=()) -> GraphSource:
+    """The graph of an ExportedProgram; user inputs whose positions are in
+    ``parameters`` count as parameters (torch.compile passes parameters as inputs)."""
+    specs = ep.graph_signature.input_specs
+    kind = {s.arg.name: s.kind.name for s in specs if hasattr(s.arg, "name")}
+    target = {s.arg.name: s.target for s in specs if hasattr(s.arg, "name")}
+    users = [s.arg.name for s in specs if s.kind.name == "USER_INPUT"]
+    for i in parameters:
+        kind[users[i]] = "PARAMETER"
+        target[users[i]] = users[i]
+    return GraphSource(ep.graph, kind, target, record_values(ep, example_inputs))
+
+
+@attrs.frozen
 class Lowered:
     program: Program
     inputs: tuple[Boundary, ...]
@@ -42,9 +67,9 @@ class Lowered:
 class Lowering:
     """One pass over the graph (planning or emitting; see :mod:`.dims`)."""
 
-    def __init__(self, ep, recorded: dict, planner: DimPlanner, name: str):
-        self.ep = ep
-        self.recorded = recorded          # node name -> torch value (folding)
+    def __init__(self, source: GraphSource, planner: DimPlanner, name: str):
+        self.graph = source.graph
+        self.recorded = source.recorded   # node name -> torch value (folding)
         self.planner = planner
         self.k = KernelEmitter(planner)
         self.name = name
@@ -52,11 +77,9 @@ class Lowering:
         self.inputs: list[Boundary] = []
         self.weights: dict[str, np.ndarray] = {}
         self.weight_order: list[str] = []
-        specs = ep.graph_signature.input_specs
-        self.kind = {s.arg.name: s.kind.name for s in specs if hasattr(s.arg, "name")}
-        self.target = {s.arg.name: s.target for s in specs if hasattr(s.arg, "name")}
-        self.dynamic = _input_dependent(ep.graph, self.kind)
-        self.absorbed = aten.absorbed_nodes(ep.graph, self.dynamic)
+        self.kind, self.target = source.kind, source.target
+        self.dynamic = _input_dependent(self.graph, self.kind)
+        self.absorbed = aten.absorbed_nodes(self.graph, self.dynamic)
 
     # -- values of nodes --------------------------------------------------------------
     def value(self, node) -> Value:
@@ -96,7 +119,7 @@ class Lowering:
     # -- the walk -------------------------------------------------------------------------
     def run(self) -> tuple:
         outputs: list = []
-        for node in self.ep.graph.nodes:
+        for node in self.graph.nodes:
             if node.op == "placeholder":
                 if self.kind.get(node.name) == "USER_INPUT":
                     shape = tuple(int(s) for s in node.meta["val"].shape)
@@ -117,7 +140,7 @@ class Lowering:
         where = source_line(node)
         if handler is None:
             raise ImportError_(f"{where}: unsupported operator {target} "
-                               f"(node {node.name})")
+                               f"(node {node.name})", node=node.name)
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(a) for k, a in node.kwargs.items()}
         try:
@@ -125,7 +148,7 @@ class Lowering:
         except ImportError_ as exc:
             msg = str(exc)
             raise ImportError_(msg if msg.startswith(where) else
-                               f"{where}: {target}: {msg}") from None
+                               f"{where}: {target}: {msg}", node=node.name) from None
         return out
 
     def _arg(self, a):
@@ -223,12 +246,11 @@ def _kernel_dims(kernels) -> set:
     return out
 
 
-def lower(ep, example_inputs, name: str, blocks=None) -> Lowered:
-    recorded = record_values(ep, example_inputs)
+def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
     planner = DimPlanner(blocks)
-    Lowering(ep, recorded, planner, name).run()           # plan the dimensions
+    Lowering(source, planner, name).run()                 # plan the dimensions
     planner.resolve()
-    low = Lowering(ep, recorded, planner, name)
+    low = Lowering(source, planner, name)
     outputs = low.run()
     k = low.k
     in_names = tuple(b.name for b in low.inputs) + tuple(low.weight_order)
