@@ -35,14 +35,16 @@ def kept_ops(torch) -> list:
     return ops
 
 
-def export(fn, example_inputs: tuple):
-    """``torch.export`` of ``fn`` (a module or a function) at the example inputs."""
+def export(fn, example_inputs: tuple, strict: bool | None = None):
+    """``torch.export`` of ``fn`` (a module or a function) at the example inputs.
+    ``strict=False`` for graphs already traced by TorchDynamo (strict export runs
+    TorchDynamo again, which must not nest inside a torch.compile backend)."""
     torch = require_torch()
     module = fn if isinstance(fn, torch.nn.Module) else _FunctionModule(fn)
     was_training = module.training
     module.eval()
     try:
-        ep = _export(torch, module, tuple(example_inputs))
+        ep = _export(torch, module, tuple(example_inputs), strict)
         table = torch.export.default_decompositions()
         for op in kept_ops(torch):
             table.pop(op, None)
@@ -56,13 +58,15 @@ def export(fn, example_inputs: tuple):
         module.train(was_training)
 
 
-def _export(torch, module, inputs):
+def _export(torch, module, inputs, strict):
     """Strict export (TorchDynamo) records the whole user stack of every node, so
     errors can name the model's own line; non-strict export traces more models."""
-    try:
-        return torch.export.export(module, inputs, strict=True)
-    except Exception:
-        return torch.export.export(module, inputs, strict=False)
+    if strict is None:
+        try:
+            return torch.export.export(module, inputs, strict=True)
+        except Exception:
+            strict = False
+    return torch.export.export(module, inputs, strict=strict)
 
 
 def _FunctionModule(fn):

@@ -121,7 +121,8 @@ class Lowering:
         outputs: list = []
         for node in self.graph.nodes:
             if node.op == "placeholder":
-                if self.kind.get(node.name) == "USER_INPUT":
+                if self.kind.get(node.name) == "USER_INPUT" and \
+                        hasattr(node.meta.get("val"), "shape"):
                     shape = tuple(int(s) for s in node.meta["val"].shape)
                     v = self._array(node, node.name, shape)
                     self.values[node.name] = v
@@ -202,7 +203,8 @@ def _input_dependent(graph, kind: dict) -> set:
     dynamic = set()
     for node in graph.nodes:
         if node.op == "placeholder":
-            if kind.get(node.name) == "USER_INPUT":
+            if kind.get(node.name) == "USER_INPUT" and \
+                    hasattr(node.meta.get("val"), "shape"):
                 dynamic.add(node.name)
         elif node.op == "call_function":
             if any(a.name in dynamic for a in node.all_input_nodes):

@@ -1,0 +1,260 @@
+"""``torch.compile(model, backend="blockbuster")``.
+
+TorchDynamo hands over an FX graph and example inputs (parameters among them). The
+graph is exported to ATen operators and lowered as a whole; when a node cannot be
+lowered, it stays in eager PyTorch and the rest is split into convex regions
+(``CapabilityBasedPartitioner``), each lowered, fused with the rules and compiled
+on its own. Fused programs are cached on disk (:mod:`blockbuster.fusion_cache`) and
+Numba caches its machine code, so a second process compiles in a fraction of the
+time. A region's parameters are read when it is compiled; if one changes (its
+``_version`` moves or it is replaced), the region is compiled again.
+
+Options (``torch.compile(..., options={...})``): ``backend`` (a registered backend
+name; default the best installed: Numba, else the reference interpreter), ``rules``
+(a .bbr path or a list of them; default the shipped rules), ``blocks`` (block sizes
+by dimension name) and ``hardware`` (a ``blockbuster.cost.Hardware``; default the
+backend's).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import attrs
+import numpy as np
+
+from ...errors import UsageError
+from .dims import ImportError_
+
+_OPTIONS = ("backend", "rules", "blocks", "hardware")
+
+
+@attrs.frozen
+class CompileOptions:
+    backend: str
+    rules: object = None          # a RuleSet, or None for the default rules
+    blocks: dict | None = None
+    hardware: object = None
+
+    @classmethod
+    def parse(cls, options) -> "CompileOptions":
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise UsageError(f"torch.compile(backend='blockbuster'): unknown option "
+                             f"{unknown[0]!r} (options: {', '.join(_OPTIONS)})")
+        from ...backends.registry import default_backend_name, get_backend
+        name = options.get("backend") or default_backend_name()
+        backend = get_backend(name)                 # a clear error if unknown
+        rules = options.get("rules")
+        if rules is not None and not hasattr(rules, "rules"):
+            from ...dsl.loader import load_rules
+            rules = load_rules(*([rules] if isinstance(rules, str) else rules))
+        return cls(name, rules, options.get("blocks"),
+                   options.get("hardware") or backend.hardware)
+
+
+def blockbuster_backend(gm, example_inputs, options=None, **_ignored):
+    """The ``torch_dynamo_backends`` entry point."""
+    opts = CompileOptions.parse(options)
+    if any(_symbolic(t) for t in example_inputs):
+        return Specializing(gm, opts)     # dynamic shapes: one program per size
+    return compile_graph(gm, list(example_inputs), opts)
+
+
+def _symbolic(x) -> bool:
+    import torch
+    if isinstance(x, torch.Tensor):
+        return any(not isinstance(s, int) for s in x.shape)
+    return not isinstance(x, (int, float, bool))
+
+
+class Specializing:
+    """A graph TorchDynamo compiled with symbolic sizes: block programs have fixed
+    sizes, so each concrete input signature is compiled on its first call (sizes
+    and integer arguments are the key) and reused after."""
+
+    def __init__(self, gm, opts: CompileOptions):
+        self.gm, self.opts = gm, opts
+        self.compiled: dict = {}
+
+    def __call__(self, *args):
+        key = tuple(tuple(a.shape) if hasattr(a, "shape") else a for a in args)
+        fn = self.compiled.get(key)
+        if fn is None:
+            fn = self.compiled[key] = compile_graph(self.gm, list(args), self.opts)
+        return fn(*args)
+
+
+def compile_graph(gm, example_inputs: list, opts: CompileOptions):
+    import torch
+    from .capture import export
+    params = tuple(i for i, t in enumerate(example_inputs)
+                   if isinstance(t, torch.nn.Parameter))
+    ep = export(gm, tuple(example_inputs), strict=False)
+    unsupported: set[str] = set()
+    limit = sum(1 for _ in ep.graph.nodes)
+    for _ in range(limit + 1):
+        try:
+            if not unsupported:
+                return WholeGraph(ep, example_inputs, params, opts)
+            return _partitioned(ep, example_inputs, params, opts, unsupported)
+        except ImportError_ as exc:
+            if exc.node is None or exc.node in unsupported:
+                raise
+            if os.environ.get("BLOCKBUSTER_VERBOSE"):
+                print(f"blockbuster: left to PyTorch: {exc}")
+            unsupported.add(exc.node)              # stays in eager PyTorch
+    raise ImportError_("torch.compile: no part of the graph could be lowered")
+
+
+class CompiledRegion:
+    """A lowered, fused and compiled graph: called with torch tensors (the graph's
+    inputs, parameters included), returns a tuple of torch tensors."""
+
+    def __init__(self, source_of, inputs: list, params: tuple, opts: CompileOptions,
+                 name: str):
+        self._source_of = source_of              # inputs -> GraphSource
+        self._params = params
+        self._opts = opts
+        self._name = name
+        self._build(inputs)
+
+    def _build(self, inputs: list) -> None:
+        import blockbuster as bb
+        from ...fusion_cache import cached_fuse
+        from .lower import lower
+        low = lower(self._source_of(inputs), self._name, self._opts.blocks)
+        program = low.program.evolve(params=dict(low.weights))
+        fused = cached_fuse(program, self._opts.rules, self._opts.hardware)
+        self.program = fused
+        self.compiled = bb.compile(fused, backend=self._opts.backend)
+        self.lowered = low
+        self._stamp = self._stamps(inputs)
+
+    def _stamps(self, inputs) -> tuple:
+        return tuple((id(inputs[i]), inputs[i]._version) for i in self._params)
+
+    def __call__(self, *inputs):
+        import torch
+        if self._stamps(inputs) != self._stamp:
+            self._build(list(inputs))               # a parameter changed: recompile
+        user = [t for i, t in enumerate(inputs) if i not in self._params
+                and hasattr(t, "shape")]
+        feeds = {b.name: _numpy(t) for b, t in zip(self.lowered.inputs, user)}
+        out = self.compiled(**feeds)
+        return tuple(torch.from_numpy(np.ascontiguousarray(out[b.name])).reshape(b.shape)
+                     for b in self.lowered.outputs)
+
+
+class WholeGraph(CompiledRegion):
+    def __init__(self, ep, example_inputs, params, opts):
+        from .lower import source_from_export
+
+        def source_of(inputs):
+            return source_from_export(ep, inputs, params)
+        super().__init__(source_of, example_inputs, params, opts, "torch_graph")
+
+
+def _numpy(t) -> np.ndarray:
+    return t.detach().to("cpu", dtype=_float32()).contiguous().numpy()
+
+
+def _float32():
+    import torch
+    return torch.float32
+
+
+def _support(unsupported: set, dynamic: set):
+    """What the partitioner may put in a region: lowerable, input-dependent nodes."""
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    from .aten import HANDLERS
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node) -> bool:
+            return (node.op == "call_function" and node.name not in unsupported
+                    and node.name in dynamic and str(node.target) in HANDLERS)
+    return Support()
+
+
+def _partitioned(ep, example_inputs, params, opts, unsupported):
+    """Supported regions compiled, the rest left to eager PyTorch."""
+    import torch
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+    from .lower import GraphSource, _input_dependent, record_values
+
+    specs = ep.graph_signature.input_specs
+    kind = {s.arg.name: s.kind.name for s in specs}
+    users = [s.arg.name for s in specs if s.kind.name == "USER_INPUT"]
+    param_names = {users[i] for i in params}
+    dynamic = _input_dependent(ep.graph, kind)
+    recorded = record_values(ep, example_inputs)
+    gm = copy.deepcopy(ep.graph_module)             # partitioning rewrites the graph
+    partitions = CapabilityBasedPartitioner(gm, _support(unsupported, dynamic),
+                                            allows_single_node_partition=True
+                                            ).propose_partitions()
+    if not partitions:
+        raise ImportError_("torch.compile: no part of the graph could be lowered")
+    fused_gm = fuse_by_partitions(gm, [{n: None for n in p.nodes} for p in partitions],
+                                  always_return_tuple=True)
+    for node in list(fused_gm.graph.nodes):
+        if node.op != "call_module" or not node.target.startswith("fused_"):
+            continue
+        sub = getattr(fused_gm, node.target)
+        arg_names = [a.name for a in node.args]
+        positions = tuple(i for i, a in enumerate(arg_names)
+                          if a in param_names or a not in dynamic)
+
+        def source_of(inputs, sub=sub):
+            kinds = {}
+            for i, ph in enumerate(n for n in sub.graph.nodes if n.op == "placeholder"):
+                kinds[ph.name] = "PARAMETER" if i in positions else "USER_INPUT"
+            values = _record(sub, inputs)
+            return GraphSource(sub.graph, kinds, {n: n for n in kinds}, values)
+        inputs = [recorded[a] for a in arg_names]
+        region = CompiledRegion(source_of, inputs, positions, opts, node.target)
+        setattr(fused_gm, node.target, _RegionModule(region))
+    fused_gm.recompile()
+    constants = {**ep.state_dict, **getattr(ep, "constants", {})}
+
+    def run(*args):
+        it = iter(args)
+        flat = [next(it) if s.kind.name == "USER_INPUT" else constants[s.target]
+                for s in specs]
+        return fused_gm(*flat)
+    return run
+
+
+def _record(gm, inputs) -> dict:
+    import torch
+    recorded = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            if isinstance(out, torch.Tensor):
+                recorded[n.name] = out
+            return out
+    with torch.no_grad():
+        Recorder(gm).run(*inputs)
+    return recorded
+
+
+def _region_module():
+    import torch
+
+    class RegionModule(torch.nn.Module):
+        def __init__(self, region):
+            super().__init__()
+            self.region = region
+
+        def forward(self, *inputs):
+            return self.region(*inputs)
+    return RegionModule
+
+
+def _RegionModule(region):
+    return _region_module()(region)

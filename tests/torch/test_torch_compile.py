@@ -1,0 +1,130 @@
+"""torch.compile(model, backend="blockbuster"): registered by entry point, matches
+eager, leaves unsupported operators to PyTorch, recompiles for new sizes and for
+changed parameters, and caches fused programs across processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from blockbuster.errors import UsageError
+
+
+class Block(torch.nn.Module):
+    def __init__(self, e=48, f=72):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(e)
+        self.up = torch.nn.Linear(e, f)
+        self.down = torch.nn.Linear(f, e)
+
+    def forward(self, x):
+        return x + self.down(F.silu(self.up(self.ln(x))))
+
+
+class WithCumsum(torch.nn.Module):
+    """An operator Blockbuster does not lower, between two it does."""
+
+    def __init__(self, e=40):
+        super().__init__()
+        self.a = torch.nn.Linear(e, e)
+        self.b = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        return self.b(torch.cumsum(torch.sigmoid(self.a(x)), dim=-1))
+
+
+def _close(a, b, tol=1e-5):
+    return float((a - b).abs().max() / max(1.0, float(b.abs().max()))) < tol
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo(tmp_path, monkeypatch):
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_entry_point_registers_the_backend():
+    from torch._dynamo import list_backends
+    assert "blockbuster" in list_backends(exclude_tags=())
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_compiled_module_matches_eager(backend):
+    model = Block().eval()
+    x = torch.randn(2, 37, 48) * 5
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": backend})
+    with torch.no_grad():
+        assert _close(compiled(x), model(x))
+        assert _close(compiled(x * 1e3), model(x * 1e3), 1e-4)   # same program, again
+
+
+def test_unsupported_operators_stay_in_eager():
+    model = WithCumsum().eval()
+    x = torch.randn(3, 29, 40)
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad():
+        assert _close(compiled(x), model(x))
+
+
+def test_new_input_size_recompiles():
+    model = Block().eval()
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad():
+        for t in (37, 53, 20):
+            x = torch.randn(1, t, 48)
+            assert _close(compiled(x), model(x))
+
+
+def test_changed_parameters_are_seen():
+    model = Block().eval()
+    x = torch.randn(1, 21, 48)
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad():
+        before = compiled(x)
+        model.up.weight.mul_(-2.0)                 # in place: the _version moves
+        after = compiled(x)
+        assert _close(after, model(x))
+        assert not _close(after, before)
+
+
+def test_unknown_option_is_a_clear_error():
+    compiled = torch.compile(Block().eval(), backend="blockbuster", options={"blokcs": {}})
+    with pytest.raises(Exception) as err:
+        compiled(torch.randn(1, 5, 48))
+    assert "unknown option 'blokcs'" in str(err.value)
+    assert isinstance(err.value, UsageError) or "UsageError" in repr(err.value)
+
+
+def test_fused_programs_are_cached_across_processes(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        sys.path.insert(0, %r)
+        from test_torch_compile import Block
+        torch.manual_seed(0)
+        m = Block().eval()
+        f = torch.compile(m, backend="blockbuster", options={"backend": "reference"})
+        with torch.no_grad():
+            x = torch.randn(1, 19, 48)
+            print(float((f(x) - m(x)).abs().max()))
+    """ % os.path.dirname(__file__)))
+    env = {**os.environ, "BLOCKBUSTER_CACHE": str(tmp_path / "cache")}
+    first = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    entries = sorted((tmp_path / "cache" / "fusion").glob("*.bbp"))
+    assert entries, "the fused program was not cached"
+    stamps = [p.stat().st_mtime_ns for p in entries]
+    second = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert float(second.stdout.split()[-1]) < 1e-4
+    assert [p.stat().st_mtime_ns for p in entries] == stamps     # read, not rewritten
