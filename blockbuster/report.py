@@ -116,6 +116,7 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
             "passed": bool(validation.passed),
         },
         "timings": timings,
+        "fused_program": blockbuster.format_program(fused),
     }
 
 
