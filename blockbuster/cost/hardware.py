@@ -53,9 +53,10 @@ def _kib(n: int) -> str:
 
 
 #: A generic 2-core CPU: the reference backend's hardware and the public API's default
-#: (``blockbuster.fuse``/``blockbuster.cost`` without ``hardware``). Nominal round figures, not a measured machine: 1 MiB of L2
-#: per core, ~40 GB/s of DRAM bandwidth, ~200 GB/s of L2 bandwidth, ~200 GFLOP/s of
-#: float32 compute (2 cores × ~3 GHz × 2 FMA units × 8 lanes × 2 FLOPs ≈ 200 GFLOP/s).
+#: (``blockbuster.fuse``/``blockbuster.cost`` without ``hardware``). Nominal round
+#: figures, not a measured machine: 1 MiB of L2 per core, ~40 GB/s of DRAM bandwidth,
+#: ~200 GB/s of L2 bandwidth, ~200 GFLOP/s of float32 compute (2 cores × ~3 GHz × 2 FMA
+#: units × 8 lanes × 2 FLOPs ≈ 200 GFLOP/s).
 DEFAULT_HARDWARE = Hardware(
     name="generic-cpu-2core",
     cores=2,

@@ -12,8 +12,9 @@ The file is never rewritten (its timestamp is part of Numba's cache check).
 
 Running: inputs become C-contiguous arrays of the program's dtype, and the kernels run
 on the module's thread count (the backend's ``Hardware.cores``; Numba's pool is held
-to it, at most ``NUMBA_NUM_THREADS``) with BLAS held to one thread (they call ``np.dot`` on blocks from inside ``prange``,
-where a multi-threaded BLAS would oversubscribe the cores). ``scipy.linalg.cython_blas``
+to it, at most ``NUMBA_NUM_THREADS``) with BLAS held to one thread (they call
+``np.dot`` on blocks from inside ``prange``, where a multi-threaded BLAS would
+oversubscribe the cores). ``scipy.linalg.cython_blas``
 is imported first so that the BLAS Numba calls is loaded before threadpoolctl looks.
 """
 
@@ -56,8 +57,8 @@ def cache_root() -> Path:
 def cache_key(source: str, threads: int) -> str:
     from . import __version__
     h = hashlib.sha256()
-    for part in (source, f"threads={threads}", __version__, Path(runtime.__file__).read_text(), numba.__version__,
-                 np.__version__, sys.version):
+    for part in (source, f"threads={threads}", __version__, Path(runtime.__file__).read_text(),
+                 numba.__version__, np.__version__, sys.version):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
