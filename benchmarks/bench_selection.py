@@ -28,7 +28,7 @@ def main() -> None:
     first = None
     for layers in args.layers:
         program = bb.workload("llama_block", layers=layers, **sizes)
-        selector = Selector(rules, progress=False)
+        selector = Selector(rules, bb.cost.DEFAULT_HARDWARE, progress=False)
         start = time.perf_counter()
         result = selector.select(program)
         seconds = time.perf_counter() - start

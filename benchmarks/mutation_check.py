@@ -71,8 +71,7 @@ MUTATIONS = [
              "if False else c",
              ("tests/cost/test_headline_results.py",)),
     Mutation("cheaper guard always true", ("blockbuster/rewrite/guards.py",),
-             "return cost(ctx.candidate(), ctx.hardware).objective < "
-             "cost(ctx.program, ctx.hardware).objective",
+             "return cost(ctx.candidate(), hw).objective < cost(ctx.program, hw).objective",
              "return True",
              ("tests/cost/test_headline_results.py",)),
     # --- online softmax combiner -----------------------------------------------------

@@ -49,8 +49,16 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
     one fusion candidate is fused by candidate selection (``result.pieces`` lists the
     chosen fused pieces); ``progress`` shows a progress bar (default: when stderr is a
     terminal).
+
+    ``hardware``: the machine the pricing decisions (hold or recompute, what fits the
+    local tier) are made for — a ``blockbuster.cost.Hardware``, or a backend (a
+    registered name or a Backend object) whose own description is used. Default:
+    ``blockbuster.cost.DEFAULT_HARDWARE``, the reference backend's generic 2-core
+    CPU. Fuse with the hardware of the backend you will compile with
+    (``fuse(p, hardware="numba")``): the same program may fuse differently on another.
     """
     from .select.selection import fuse_program
+    hardware = resolve_hardware(hardware)
     if rules is None:
         from .dsl.loader import default_rules
         rules = default_rules()
@@ -70,6 +78,25 @@ def from_torch(fn, *example_inputs, weights="bind", blocks=None, name=None):
     extra). See :func:`blockbuster.frontend.pytorch.from_torch`."""
     from .frontend.pytorch import from_torch as _from_torch
     return _from_torch(fn, *example_inputs, weights=weights, blocks=blocks, name=name)
+
+
+def resolve_hardware(hardware=None):
+    """The one place a missing hardware becomes a description: a ``Hardware`` as
+    given, a backend (name or object) its own ``hardware``, None
+    ``blockbuster.cost.DEFAULT_HARDWARE`` (the reference backend's)."""
+    from .cost.hardware import DEFAULT_HARDWARE, Hardware
+    if hardware is None:
+        return DEFAULT_HARDWARE
+    if isinstance(hardware, str):
+        from .backends.registry import get_backend
+        hardware = get_backend(hardware)
+    if isinstance(hardware, Hardware):
+        return hardware
+    own = getattr(hardware, "hardware", None)
+    if isinstance(own, Hardware):
+        return own
+    raise UsageError(f"hardware must be a blockbuster.cost.Hardware or a backend, "
+                     f"got {type(hardware).__name__}")
 
 
 def load_rules(*paths):
@@ -112,8 +139,10 @@ from . import cost  # noqa: E402
 class _CallableCostModule(_types.ModuleType):
     def __call__(self, program, hardware=None):
         """Data movement, FLOPs, footprint and a roofline time estimate of ``program``
-        (``cost(program, hardware=None) -> Cost``)."""
-        return self.cost(program, hardware)
+        (``cost(program, hardware=None) -> Cost``) on ``hardware``: as for
+        :func:`blockbuster.fuse`, a ``Hardware``, a backend, or None for
+        ``DEFAULT_HARDWARE``."""
+        return self.cost(program, resolve_hardware(hardware))
 
 
 cost.__class__ = _CallableCostModule

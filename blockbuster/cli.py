@@ -52,6 +52,19 @@ def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, allow_nan=False))
 
 
+def add_backend_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--backend", metavar="NAME",
+                   help=f"{what} (default: the registry's default, as for `run`); "
+                        "fusion decides with this backend's hardware description")
+
+
+def chosen_backend(args: argparse.Namespace):
+    """The backend ``--backend`` names, else the registry's default (what ``run``
+    compiles with), so every command fuses for the same hardware."""
+    from .backends.registry import default_backend_name, get_backend
+    return get_backend(args.backend or default_backend_name())
+
+
 # ---------------------------------------------------------------------------
 # run
 # ---------------------------------------------------------------------------
@@ -62,8 +75,7 @@ def add_run(sub) -> None:
                                    "it on random inputs and validate against the NumPy "
                                    "oracle. Exit status 1 if validation fails.")
     add_program_args(p)
-    p.add_argument("--backend", metavar="NAME",
-                   help="backend to compile with (default: the registry's default)")
+    add_backend_arg(p, "backend to compile with")
     p.add_argument("--seed", type=seed_arg, default=0, metavar="INT",
                    help="seed of the random inputs, a non-negative integer (default 0)")
     p.add_argument("--json", action="store_true",
@@ -115,12 +127,12 @@ def load_rule_args(args: argparse.Namespace):
     return rules, Limits(**limits)
 
 
-def check_user_rules(rules, as_json: bool = False) -> int | None:
+def check_user_rules(rules, hardware, as_json: bool = False) -> int | None:
     """``run --rules``: the soundness and stability check of the user's own rules,
     before they are used (cached). None when none fails; else the report is printed
     and the exit status returned."""
     from .rulecheck import check_user_rules as check
-    findings, _cached = check(rules)
+    findings, _cached = check(rules, hardware)
     failed = [f for f in findings if f["failed"]]
     if not failed:
         return None
@@ -140,8 +152,9 @@ def check_user_rules(rules, as_json: bool = False) -> int | None:
     return EXIT_VALIDATION_FAILED
 
 
-def _verify_small_copy(args, rules, limits) -> int:
-    """--verify-steps: fuse a small ragged copy of the workload, checking every step."""
+def _verify_small_copy(args, rules, limits, hardware) -> int:
+    """--verify-steps: fuse a small ragged copy of the workload for the backend's
+    ``hardware``, checking every step."""
     import blockbuster
     from .checks.verify_steps import StepVerifier, small_sizes
     from .frontend.workloads import WORKLOADS
@@ -158,7 +171,8 @@ def _verify_small_copy(args, rules, limits) -> int:
         check_fits_memory(full)     # the interpreter will hold the user's sizes
         small = full
     verifier = StepVerifier(small, seed=args.seed)
-    blockbuster.fuse(small, rules=rules, limits=limits, step_check=verifier)
+    blockbuster.fuse(small, rules=rules, limits=limits, hardware=hardware,
+                     step_check=verifier)
     return verifier.checked
 
 
@@ -172,11 +186,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     sizes = parse_assignments(args.size, "--size")
     blocks = parse_assignments(args.block, "--block")
     rules, limits = load_rule_args(args)
+    backend = chosen_backend(args)      # a typo fails before any work is done
     if args.rules and not args.trust_rules:
-        verdict = check_user_rules(rules, as_json=args.json)
+        verdict = check_user_rules(rules, backend.hardware, as_json=args.json)
         if verdict is not None:
             return verdict
-    checked = _verify_small_copy(args, rules, limits) if args.verify_steps else None
+    checked = (_verify_small_copy(args, rules, limits, backend.hardware)
+               if args.verify_steps else None)
     extra: dict = {}         # --json: text that would otherwise be printed
 
     def on_fused(fusion):
@@ -205,7 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             write_new_file(args.emit_source, source, allowed=(".py",))
 
     report = run_workload(args.workload, sizes=sizes, blocks=blocks,
-                          backend=args.backend, seed=args.seed, rules=rules, limits=limits,
+                          backend=backend, seed=args.seed, rules=rules, limits=limits,
                           on_fused=on_fused, progress=False if args.json else None,
                           on_compiled=on_compiled)
     if checked is not None:
@@ -231,15 +247,23 @@ def add_show(sub) -> None:
     p = sub.add_parser("show", help="print a workload's block program (text form)")
     add_program_args(p)
     p.add_argument("--fused", action="store_true", help="print it after fusion")
+    add_backend_arg(p, "with --fused: the backend to fuse for")
     p.set_defaults(func=cmd_show)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     import blockbuster
     program = build_program(args)
+    if args.backend and not args.fused:
+        raise UsageError("--backend: only with --fused (the unfused program is the "
+                         "same for every backend)")
+    header = ""
     if args.fused:
-        program = blockbuster.fuse(program).program
-    sys.stdout.write(blockbuster.format_program(program))
+        backend = chosen_backend(args)
+        program = blockbuster.fuse(program, hardware=backend.hardware).program
+        # A comment: the text still parses back.
+        header = f"# fused for backend {backend.name}: {backend.hardware.summary()}\n"
+    sys.stdout.write(header + blockbuster.format_program(program))
     return EXIT_OK
 
 
@@ -321,6 +345,8 @@ def add_rules(sub) -> None:
     check.add_argument("--trials", type=positive_int_arg, default=None, metavar="INT",
                        help="random instances tried per rewrite rule (default 30)")
     check.add_argument("--seed", type=seed_arg, default=0, metavar="INT")
+    add_backend_arg(check, "the backend whose hardware the check programs are fused "
+                           "for (actions are tried on their fusion states)")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(func=cmd_rules_check)
     lst = rsub.add_parser("list", help="list rules, their locations and phases")
@@ -335,14 +361,17 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
     from .rulecheck import check_rules
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
     rules = load_rules(*args.files)
-    findings = check_rules(rules, trials=trials, seed=args.seed)
+    backend = chosen_backend(args)
+    findings = check_rules(rules, backend.hardware, trials=trials, seed=args.seed)
     unsound = [f for f in findings if f.failed]
     if args.json:
         print_json({"rules": [{"rule": f.rule, "location": f.location, "sound": f.sound,
                                "check": f.kind, "allowed": f.allowed,
                                "trials": f.trials, "detail": f.detail} for f in findings],
-                    "unsound": len(unsound)})
+                    "unsound": len(unsound), "backend": backend.name,
+                    "hardware": backend.hardware.as_dict()})
     else:
+        print(f"fused for backend {backend.name}: {backend.hardware.summary()}")
         for f in findings:
             print(f)
         counts = {k: sum(1 for f in unsound if f.kind == k) for k in ("soundness", "stability")}

@@ -14,6 +14,8 @@ from typing import Any
 
 import blockbuster
 
+from .cost.hardware import Hardware
+from .cost.model import cost
 from .ir.program import Program
 from .memcheck import check_fits_memory
 
@@ -60,10 +62,11 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
     from .oracles import oracle
     from .validate import compare, random_inputs
 
-    # Resolve the backend first, so a typo fails before any work is done.
+    # Resolve the backend first, so a typo fails before any work is done. Fusion
+    # and the report price with its hardware: what it compiles for.
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or default_backend_name())
-    hardware = getattr(backend, "hardware", None)
+    hardware = backend.hardware
     timings: dict[str, float] = {}
 
     def timed(stage, fn, *args, **kwargs):
@@ -86,11 +89,12 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
     outputs = timed("run", compiled, **inputs)
     validation = compare(outputs, oracle(name, inputs))
 
-    before = blockbuster.cost(program, hardware)
-    after = blockbuster.cost(fused, hardware)
+    before = cost(program, hardware)
+    after = cost(fused, hardware)
     return {
         "workload": name,
         "backend": backend.name,
+        "hardware": hardware.as_dict(),
         "sizes": {d.name: d.size for d in program.dims},
         "blocks": {d.name: d.block for d in program.dims},
         "seed": seed,
@@ -112,6 +116,7 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
             "passed": bool(validation.passed),
         },
         "timings": timings,
+        "fused_program": blockbuster.format_program(fused),
     }
 
 
@@ -138,6 +143,7 @@ def format_report(r: dict[str, Any]) -> str:
     lines = [
         f"workload        {r['workload']}  {sizes}  (blocks {blocks})",
         f"backend         {r['backend']}",
+        f"hardware        {Hardware(**r['hardware']).summary()}",
         f"kernels         {before['kernels']} -> {after['kernels_per_call']} per call"
         + (f" + {after['weight_prep_kernels']} weight preparation (once per binding)"
            if after["weight_prep_kernels"] else ""),

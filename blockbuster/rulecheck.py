@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from .cost.hardware import Hardware
 from .dsl.ast import RuleDef, RuleSet
 from .dsl.loader import shipped_rulesets_dir
 from . import checks as _checks
@@ -23,9 +24,11 @@ from .checks import soundness as _soundness
 from .checks import stability as _stability
 
 
-def check_rules(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0) -> list[Finding]:
-    """Soundness and stability findings of every rule of ``rules`` (``rules check``)."""
-    return _checks.check_rules(rules, trials=trials, seed=seed)
+def check_rules(rules: RuleSet, hardware: Hardware, trials: int = DEFAULT_TRIALS,
+                seed: int = 0) -> list[Finding]:
+    """Soundness and stability findings of every rule of ``rules`` (``rules check``);
+    actions are checked on states fused for ``hardware``."""
+    return _checks.check_rules(rules, trials=trials, seed=seed, hardware=hardware)
 
 
 def user_rules(rules: RuleSet) -> list[RuleDef]:
@@ -42,10 +45,10 @@ def cache_dir() -> Path:
     return base / "rulecheck"
 
 
-def _cache_key(rules: RuleSet, trials: int, seed: int) -> str:
+def _cache_key(rules: RuleSet, hardware: Hardware, trials: int, seed: int) -> str:
     h = hashlib.sha256()
     parts = [Path(m.__file__).read_bytes() for m in (_soundness, _stability)]
-    parts.append(f"{trials}/{seed}".encode())
+    parts.append(f"{trials}/{seed}/{hardware!r}".encode())
     parts += [Path(f).read_bytes() for f in sorted(set(rules.files)) if Path(f).is_file()]
     parts += [r.text.encode() for r in rules.rules.values()]   # rules loaded from text
     for part in parts:
@@ -53,12 +56,12 @@ def _cache_key(rules: RuleSet, trials: int, seed: int) -> str:
     return h.hexdigest()[:32]
 
 
-def check_user_rules(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0,
-                     directory: Path | None = None) -> tuple[list[dict], bool]:
+def check_user_rules(rules: RuleSet, hardware: Hardware, trials: int = DEFAULT_TRIALS,
+                     seed: int = 0, directory: Path | None = None) -> tuple[list[dict], bool]:
     """Findings (as dicts: rule, location, kind, sound, failed, trials, detail, text) for
     the user's rules of ``rules``, soundness then stability, and whether they came
-    from the cache."""
-    path = (directory or cache_dir()) / f"{_cache_key(rules, trials, seed)}.json"
+    from the cache. Actions are checked on states fused for ``hardware``."""
+    path = (directory or cache_dir()) / f"{_cache_key(rules, hardware, trials, seed)}.json"
     try:
         return json.loads(path.read_text()), True
     except (OSError, ValueError):
@@ -68,8 +71,10 @@ def check_user_rules(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0
     states = None
     for rule in mine:
         if rule.kind == "action" and states is None:
-            states = _soundness.action_states(_soundness.check_programs(seed), rules, seed)
-        found.append(_soundness.check_rule(rule, trials, seed, None, rules, states))
+            states = _soundness.action_states(_soundness.check_programs(seed), rules, seed,
+                                              hardware=hardware)
+        found.append(_soundness.check_rule(rule, trials, seed, None, rules, states,
+                                           hardware=hardware))
     unsound = {f.rule for f in found if not f.sound}
     for rule in mine:       # stability is asked of sound rewrite rules only
         if rule.kind == "rewrite" and rule.name not in unsound:

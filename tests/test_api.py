@@ -37,7 +37,7 @@ def test_cost_is_callable_and_still_the_subpackage():
     assert isinstance(DEFAULT_HARDWARE, Hardware) and bb.cost.Hardware is Hardware
     assert bb.cost(p, DEFAULT_HARDWARE).global_bytes == c.global_bytes
     import blockbuster.cost.model as model     # submodule imports keep working
-    assert model.cost(p).global_bytes == c.global_bytes
+    assert model.cost(p, DEFAULT_HARDWARE).global_bytes == c.global_bytes
 
 
 def test_end_to_end_through_the_api():

@@ -273,5 +273,5 @@ def test_the_numba_module_itself_copies_read_only_inputs():
     expected = oracle(**{n: a.astype(np.float64) for n, a in inputs.items()})["O"]
     for a in inputs.values():
         a.flags.writeable = False
-    out = compile_module(program)(inputs)["O"]
+    out = compile_module(program, threads=2)(inputs)["O"]
     assert np.abs(out - expected).max() <= 1e-4 * np.abs(expected).max()

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 import attrs
 import numpy as np
 
+from ..cost.hardware import Hardware
 from ..errors import BackendError
 from ..ir.program import Program
 from ..ir.verify import verify
@@ -176,15 +177,16 @@ def _owned_layout(arr: np.ndarray) -> np.ndarray:
 class Backend:
     """A named way to run block programs.
 
-    ``hardware`` describes the machine for the cost model (a ``cost`` Hardware object,
-    or None); it is stored as given. ``compile_fn(program, **options)`` returns a
-    :data:`Runner`.
+    ``hardware`` (required) describes the machine the backend runs on, for the cost
+    model: fusion for this backend prices and decides with it (``blockbuster.fuse(p,
+    hardware=backend)``, ``blockbuster run/show --backend``). ``compile_fn(program,
+    **options)`` returns a :data:`Runner`.
     """
 
     name: str
     description: str
     compile_fn: Callable[..., Runner] = attrs.field(repr=False)
-    hardware: Any = None
+    hardware: Hardware = attrs.field(validator=attrs.validators.instance_of(Hardware))
 
     def compile(self, program: Program, **options) -> CompiledProgram:
         start = time.perf_counter()

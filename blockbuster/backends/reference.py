@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import BackendError
 from ..ir.expr import Expr
 from ..ir.index import evaluate
@@ -353,8 +354,12 @@ def compile_program(program: Program, dtype=np.float32) -> Runner:
     return lambda inputs: run_program(program, inputs, dtype)
 
 
+#: The interpreter is a NumPy program on the CPU; it is priced as the generic 2-core
+#: CPU of ``DEFAULT_HARDWARE`` (nominal figures, not this machine): fusing for the
+#: reference backend is fusing with the public API's default.
 backend = Backend(
     name="reference",
     description="NumPy reference interpreter (block by block, exactly as the IR says)",
     compile_fn=compile_program,
+    hardware=DEFAULT_HARDWARE,
 )

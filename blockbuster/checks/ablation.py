@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 
+from ..cost.hardware import Hardware
 from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Program
@@ -25,18 +26,21 @@ class Outcome:
         return f"{self.kernels}k{prep} {self.global_bytes / 2**20:.2f}MiB"
 
 
-def outcome(program: Program, rules: RuleSet) -> Outcome:
-    fused = fuse(program, rules).program
-    c = cost(fused)
+def outcome(program: Program, rules: RuleSet, hardware: Hardware) -> Outcome:
+    """``program`` fused with ``rules`` for ``hardware``, priced on it."""
+    fused = fuse(program, rules, hardware=hardware).program
+    c = cost(fused, hardware)
     prep = sum(k.weight_prep for k in c.per_kernel)
     return Outcome(len(fused.kernels) - prep, c.per_call_bytes, prep)
 
 
-def ablation_table(rules: RuleSet, programs: dict[str, Program]) -> dict[str, dict[str, Outcome]]:
-    """``{rule or "(all rules)": {workload: Outcome}}``."""
-    table = {"(all rules)": {n: outcome(p, rules) for n, p in programs.items()}}
+def ablation_table(rules: RuleSet, programs: dict[str, Program],
+                   hardware: Hardware) -> dict[str, dict[str, Outcome]]:
+    """``{rule or "(all rules)": {workload: Outcome}}``, fused for ``hardware``."""
+    table = {"(all rules)": {n: outcome(p, rules, hardware) for n, p in programs.items()}}
     for name in rules.rules:
-        table[name] = {n: outcome(p, rules.without(name)) for n, p in programs.items()}
+        table[name] = {n: outcome(p, rules.without(name), hardware)
+                       for n, p in programs.items()}
     return table
 
 

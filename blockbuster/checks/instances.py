@@ -234,7 +234,7 @@ class InstanceBuilder:
         return Instance(lhs, rhs, "", match, description)
 
     def _guards(self, program: Program, match: dict) -> bool:
-        ctx = RuleContext(program)
+        ctx = RuleContext(program, hardware=None)    # semantic guards only: no pricing
         for g in self.rule.guards:
             if g.name not in SEMANTIC_GUARDS:
                 continue

@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 
 from ..backends.reference import run_program
+from ..cost.hardware import Hardware
 from ..dsl.ast import RuleDef, RuleSet
 from ..errors import BlockbusterError, IRError
 from ..ir.program import Program
@@ -159,17 +160,22 @@ class ActionState:
 
 
 def action_states(programs: Iterable[Program], fuse_rules: RuleSet | None = None,
-                  seed: int = 0, per_program: int = STATES_PER_PROGRAM) -> list[ActionState]:
-    """The programs, a sample of the states along their fusion (evenly spaced, the
-    last one included), and neighbours with a row held in a map (where accumulators
-    can be hoisted), each with its interpreter outputs on random inputs."""
+                  seed: int = 0, per_program: int = STATES_PER_PROGRAM, *,
+                  hardware: Hardware | None) -> list[ActionState]:
+    """The programs, a sample of the states along their fusion with ``fuse_rules``
+    for ``hardware`` (evenly spaced, the last one included), and neighbours with a
+    row held in a map (where accumulators can be hoisted), each with its interpreter
+    outputs on random inputs. ``hardware`` may be None only without ``fuse_rules``."""
     from ..rewrite.engine import Engine
+    if fuse_rules is not None and hardware is None:
+        raise TypeError("action_states: fusing the check programs needs a hardware description")
     per_origin = []
     for n, program in enumerate(programs):
         out = []
         states = [program]
         if fuse_rules is not None:
-            trace = [s.program_after for s in Engine(fuse_rules).run(program).trace]
+            trace = [s.program_after for s in
+                     Engine(fuse_rules, hardware=hardware).run(program).trace]
             if trace:
                 step = max(1, len(trace) // per_program)
                 picked = trace[step - 1::step][:per_program]
@@ -187,11 +193,13 @@ def action_states(programs: Iterable[Program], fuse_rules: RuleSet | None = None
 
 def check_action(rule: RuleDef, programs: Iterable[Program] | None = None,
                  fuse_rules: RuleSet | None = None, seed: int = 0,
-                 states: list[ActionState] | None = None) -> Finding:
-    """Apply the action (up to a few applications per state) and compare outputs."""
+                 states: list[ActionState] | None = None, *,
+                 hardware: Hardware | None = None) -> Finding:
+    """Apply the action (up to a few applications per state) and compare outputs.
+    ``hardware``: what ``fuse_rules`` fuse the states for (needed with them)."""
     if states is None:
         states = action_states(programs if programs is not None else check_programs(seed),
-                               fuse_rules, seed)
+                               fuse_rules, seed, hardware=hardware)
     tried = 0
     impl = ACTION_IMPLS[rule.action]
     for st in states:
@@ -223,26 +231,31 @@ def check_action(rule: RuleDef, programs: Iterable[Program] | None = None,
 def check_rule(rule: RuleDef, trials: int = DEFAULT_TRIALS, seed: int = 0,
                programs: list[Program] | None = None,
                fuse_rules: RuleSet | None = None,
-               states: list[ActionState] | None = None) -> Finding:
-    """The soundness finding of one rule; never raises for a malformed rule."""
+               states: list[ActionState] | None = None, *,
+               hardware: Hardware | None = None) -> Finding:
+    """The soundness finding of one rule; never raises for a malformed rule.
+    ``hardware``: what an action's check states are fused for with ``fuse_rules``."""
     try:
         if rule.kind == "rewrite":
             return check_rewrite(rule, trials, seed)
-        return check_action(rule, programs, fuse_rules, seed, states)
+        return check_action(rule, programs, fuse_rules, seed, states, hardware=hardware)
     except (BlockbusterError, RecursionError, ValueError, KeyError, TypeError,
             IndexError, AttributeError) as err:
         # A rule the loader accepted but no instance of which can be built or run.
         return finding(rule, False, 0, f"cannot be checked: {type(err).__name__}: {err}")
 
 
-def check_soundness(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0) -> list[Finding]:
+def check_soundness(rules: RuleSet, trials: int = DEFAULT_TRIALS, seed: int = 0, *,
+                    hardware: Hardware) -> list[Finding]:
+    """Soundness findings of every rule; actions are tried on states of the check
+    programs fused with ``rules`` for ``hardware`` (the backend's description)."""
     states = None
     out = []
     for rule in rules.rules.values():
         if rule.kind == "action" and states is None:
             try:
-                states = action_states(check_programs(seed), rules, seed)
+                states = action_states(check_programs(seed), rules, seed, hardware=hardware)
             except BlockbusterError:    # the rule set cannot fuse them: originals only
-                states = action_states(check_programs(seed), None, seed)
+                states = action_states(check_programs(seed), None, seed, hardware=hardware)
         out.append(check_rule(rule, trials, seed, None, rules, states))
     return out

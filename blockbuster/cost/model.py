@@ -19,6 +19,17 @@ Execution model (what the counts assume, and what a code generator does):
 
 Every figure is an exact sum over all those iterations (see :mod:`.counting`).
 
+Time (a roofline over the hardware's three resources, per kernel): the slowest of
+global bytes / global bandwidth, FLOPs / peak FLOP/s and local traffic / local
+bandwidth. The local traffic is what crosses the local tier outside registers:
+every loaded block written into it, every stored block read from it, and each
+``dot``'s operand blocks read and its result written (elementwise operators are fused
+into one pass by a code generator and stay in registers, so they add none). FLOPs and
+local traffic run on the cores, and a kernel only uses as many cores as it has
+parallel instances: with ``n`` instances on ``c`` cores they run in ``ceil(n / c)``
+waves, so compute and local time are divided by the fraction ``n / (c · ceil(n / c))``
+of the cores kept busy. The global bandwidth is the machine's, shared, and not scaled.
+
 FLOPs per execution of a node (``n`` = elements of the result, actual extents):
 
 * elementwise unary/binary ops, broadcasts, ``outer``, ``keep_ge``: ``n``;
@@ -39,7 +50,8 @@ FLOPs per execution of a node (``n`` = elements of the result, actual extents):
     the block mean and their sum; Chan's merge of count, mean and deviations).
 
 Local-tier footprint (an approximation, a conservative upper bound on what one
-instance keeps live): the sum over every distinct node of the kernel's expression DAG
+instance keeps live; ``fits`` compares it with the *per-core* local capacity, since
+one instance runs on one core): the sum over every distinct node of the kernel's expression DAG
 of its value at *full* block size — ``block × block`` for a block, ``block`` for a
 vector, scalars 0, a ``map`` array ``nblocks ×`` its element, a multi-output
 reduction all its accumulators; a ``proj`` is a view of its reduction's accumulator
@@ -62,7 +74,7 @@ from ..ir.ops import OPS
 from ..ir.placement import Binder, binds_loop, place
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
-from .hardware import DEFAULT_HARDWARE, Hardware
+from .hardware import Hardware
 from .shapes import (SCALAR, ArrayShape, BlockShape, TupleShape, elements, forget,
                      full_elements, map_axes, rows)
 
@@ -74,9 +86,11 @@ class KernelCost:
     stored_bytes: int         # local -> global
     local_bytes: int          # footprint in the local tier (see the module doc)
     flops: int
-    fits: bool                # local_bytes <= hardware.local_capacity_bytes
+    fits: bool                # local_bytes <= hardware.local_capacity_bytes (per core)
     time_estimate: float      # seconds, roofline
     weight_prep: bool = False  # reads only weights: done once, not on every call
+    local_traffic_bytes: int = 0   # bytes crossing the local tier (see the module doc)
+    instances: int = 1             # parallel instances (iterations of the kernel loops)
 
     @property
     def global_bytes(self) -> int:
@@ -173,9 +187,10 @@ class Cost:
         }
 
 
-def cost(program: Program, hardware: Hardware | None = None) -> Cost:
-    """Price a (verified) program on ``hardware`` (default: :data:`DEFAULT_HARDWARE`)."""
-    hw = hardware or DEFAULT_HARDWARE
+def cost(program: Program, hardware: Hardware) -> Cost:
+    """Price a (verified) program on ``hardware`` (the public door with a default is
+    ``blockbuster.cost``)."""
+    hw = _required(hardware)
     sums = LoopSums()   # shared: kernels of one program often have the same loop nests
     per_kernel = [_cached_kernel_cost(k, program, hw, sums) for k in program.kernels]
     per_kernel = [attrs.evolve(c, weight_prep=True) if _is_weight_prep(k, program) else c
@@ -208,16 +223,35 @@ def _is_weight_prep(kernel: Kernel, program: Program) -> bool:
             and not set(kernel.writes()) & set(program.outputs))
 
 
-def kernel_cost(kernel: Kernel, program: Program, hardware: Hardware | None = None,
+def kernel_cost(kernel: Kernel, program: Program, hardware: Hardware,
                 sums: LoopSums | None = None) -> KernelCost:
-    hw = hardware or DEFAULT_HARDWARE
+    hw = _required(hardware)
     counts = _KernelCounter(kernel, program, sums or LoopSums())
     eb = hw.element_bytes
     loaded, stored, local = counts.loaded * eb, counts.stored * eb, counts.footprint * eb
+    traffic = counts.local_traffic * eb
+    instances = math.prod(program.dim_map[d].nblocks for _v, d in kernel.loops)
+    busy = busy_fraction(instances, hw.cores)
     time = max((loaded + stored) / hw.global_bandwidth_bytes_per_s,
-               counts.flops / hw.peak_flops)
+               counts.flops / (hw.peak_flops * busy),
+               traffic / (hw.local_bandwidth_bytes_per_s * busy))
     return KernelCost(kernel.name, loaded, stored, local, counts.flops,
-                      local <= hw.local_capacity_bytes, time)
+                      local <= hw.local_capacity_bytes, time,
+                      local_traffic_bytes=traffic, instances=instances)
+
+
+def busy_fraction(instances: int, cores: int) -> float:
+    """The fraction of ``cores`` kept busy by ``instances`` equal parallel instances,
+    run in waves of ``cores``: 3 instances on 2 cores take two waves, 3/4 busy."""
+    waves = -(-max(1, instances) // cores)
+    return max(1, instances) / (waves * cores)
+
+
+def _required(hardware) -> Hardware:
+    if not isinstance(hardware, Hardware):
+        raise TypeError(f"cost model: hardware must be a Hardware description, "
+                        f"got {type(hardware).__name__}")
+    return hardware
 
 
 # ---------------------------------------------------------------------------
@@ -252,7 +286,7 @@ class _KernelCounter:
         self.dims = program.dim_map
         self.arrays = program.array_map
         self.sums = sums
-        self.loaded = self.flops = 0
+        self.loaded = self.flops = self.local_traffic = 0
         self._shapes: dict[tuple[Expr, Chain], object] = {}
         self._first_shape: dict[Expr, object] = {}        # for the footprint
         self._scopes: dict[Chain, dict[str, int]] = {}
@@ -267,6 +301,7 @@ class _KernelCounter:
                 node.free_vars
             self.visit(store.value, top)
         self.stored = sum(self._store_elements(s, top) for s in kernel.stores)
+        self.local_traffic += self.loaded + self.stored
         self.footprint = sum(full_elements(shape) for node, shape in
                              self._first_shape.items() if node.op not in ("proj", "get"))
 
@@ -315,12 +350,20 @@ class _KernelCounter:
             if ready:
                 shape = self._shapes[(n, at)] = self._count(n, at)
                 self._first_shape.setdefault(n, shape)
+                if n.op == "dot":
+                    self._dot_traffic(n, shape, at)
                 continue
             stack.append(((n, at), True))
             inner = self._binder_context(n, at)
             for child in reversed(n.args):
                 stack.append(((child, self._place(child, inner)), False))
         return self._shapes[key]
+
+    def _dot_traffic(self, node: Expr, shape, at: Chain) -> None:
+        """A ``dot`` reads its operand blocks from the local tier and writes its
+        result there, every time it runs (its operands may be placed further out)."""
+        operands = [self._shapes[(a, self._place(a, at))] for a in node.args]
+        self.local_traffic += sum(self._elements(s, at) for s in operands + [shape])
 
     def _binder_context(self, node: Expr, at: Chain) -> Chain:
         """The chain ``node``'s arguments are evaluated in."""

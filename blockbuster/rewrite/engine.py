@@ -20,6 +20,7 @@ from typing import Callable
 
 import attrs
 
+from ..cost.hardware import Hardware
 from ..dsl.ast import RuleDef, RuleSet
 from ..errors import BlockbusterError, IRError, UsageError
 from ..ir.depth import MAX_DEPTH
@@ -174,12 +175,15 @@ class CompiledRules:
 
 
 class Engine:
-    def __init__(self, rules: RuleSet, limits: Limits | None = None, hardware=None,
+    def __init__(self, rules: RuleSet, limits: Limits | None = None, *, hardware: Hardware,
                  step_check: Callable[[Step], None] | None = None, use_index: bool = True,
                  budget: Budget | None = None):
         self.compiled = CompiledRules(rules)
         self.limits = limits or Limits()
         self.budget = budget            # shared with other runs; None: one per run
+        if not isinstance(hardware, Hardware):
+            raise TypeError(f"Engine: hardware must be a Hardware description, "
+                            f"got {type(hardware).__name__}")
         self.hardware = hardware
         self.step_check = step_check
         self.use_index = use_index
@@ -196,7 +200,7 @@ class Engine:
             done_key = (id(index), kernel)
             if done_key in self._kernel_done:
                 continue
-            ctx = RuleContext(program, kernel, self.hardware)
+            ctx = RuleContext(program, kernel, hardware=self.hardware)
             seen: set = set()
             for store in kernel.stores:
                 for node in store.value.walk():
@@ -223,7 +227,7 @@ class Engine:
             for app in ACTION_IMPLS[rule.action](program):
                 bindings = {param: value for param, value in
                             zip(rule.action_args, app.bindings.values())}
-                ctx = RuleContext(program, None, self.hardware, candidate=_once(app.build),
+                ctx = RuleContext(program, None, hardware=self.hardware, candidate=_once(app.build),
                                   run_phase=self._run_phase)
                 if guards_hold(rule, ctx, bindings):
                     return rule, app
@@ -240,7 +244,8 @@ class Engine:
             budget = Budget(self.limits)
             if self.budget is not None:
                 budget.deadline = self.budget.deadline
-            hit = Engine(only, self.limits, self.hardware, budget=budget).run(program).program
+            hit = Engine(only, self.limits, hardware=self.hardware,
+                         budget=budget).run(program).program
             self._lookahead[key] = hit
         return hit
 
@@ -332,10 +337,12 @@ def _over_limits(program: Program, limits: Limits, depths: dict) -> str | None:
     return "node_limit" if nodes > limits.max_nodes else None
 
 
-def fuse(program: Program, rules: RuleSet | None = None, limits: Limits | None = None,
-         hardware=None, step_check=None, budget: Budget | None = None) -> FusionResult:
-    """Fuse ``program`` with a rule set (default: the shipped default rules)."""
+def fuse(program: Program, rules: RuleSet | None = None, limits: Limits | None = None, *,
+         hardware: Hardware, step_check=None, budget: Budget | None = None) -> FusionResult:
+    """Fuse ``program`` with a rule set (default: the shipped default rules) for
+    ``hardware`` (the backend's description: the pricing guards decide with it)."""
     if rules is None:
         from ..dsl.loader import default_rules
         rules = default_rules()
-    return Engine(rules, limits, hardware, step_check, budget=budget).run(program)
+    return Engine(rules, limits, hardware=hardware, step_check=step_check,
+                  budget=budget).run(program)

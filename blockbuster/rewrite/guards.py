@@ -11,6 +11,7 @@ from typing import Callable
 
 import attrs
 
+from ..cost.hardware import Hardware
 from ..dsl.vocabulary import GUARDS
 from ..ir.expr import Expr
 from ..ir.index import free_vars as index_vars
@@ -28,9 +29,14 @@ class _LenientChecker(TypeChecker):
 
 @attrs.define
 class RuleContext:
+    """What a guard may look at. ``hardware`` is the backend's description the
+    pricing guards (``cheaper``, ``fits_local``, ...) price with; it is always given:
+    None only where no pricing guard can run (the soundness checker's semantic
+    guards), and a pricing guard then refuses rather than guess a machine."""
+
     program: Program
     kernel: Kernel | None = None
-    hardware: object = None
+    hardware: Hardware | None = attrs.field(kw_only=True)
     candidate: Callable[[], Program] | None = None   # an action's result, built lazily
     run_phase: Callable[[Program, str], Program] | None = None   # lookahead (engine)
     _checker: TypeChecker | None = None
@@ -89,23 +95,31 @@ def _lookahead(ctx: RuleContext, phase: str) -> tuple[Program, Program]:
     return ctx.run_phase(ctx.program, phase), ctx.run_phase(ctx.candidate(), phase)
 
 
+def _hardware(ctx: RuleContext) -> Hardware:
+    if ctx.hardware is None:
+        raise ValueError("a pricing guard needs the backend's hardware description")
+    return ctx.hardware
+
+
 def cheaper_after(ctx: RuleContext, phase: str) -> bool:
     from ..cost.model import cost
+    hw = _hardware(ctx)
     now, then = _lookahead(ctx, phase)
-    return cost(then, ctx.hardware).objective < cost(now, ctx.hardware).objective
+    return cost(then, hw).objective < cost(now, hw).objective
 
 
 def cheaper(ctx: RuleContext) -> bool:
     """The action's result has a lower cost-model objective than the program now."""
     from ..cost.model import cost
+    hw = _hardware(ctx)
     if ctx.candidate is None:
         raise ValueError("cheaper() guards an action's result")
-    return cost(ctx.candidate(), ctx.hardware).objective < cost(ctx.program, ctx.hardware).objective
+    return cost(ctx.candidate(), hw).objective < cost(ctx.program, hw).objective
 
 
 def fits_after(ctx: RuleContext, phase: str) -> bool:
     from ..cost.model import cost
-    return cost(_lookahead(ctx, phase)[1], ctx.hardware).fits
+    return cost(_lookahead(ctx, phase)[1], _hardware(ctx)).fits
 
 
 def _bounds_invariant(b, rng, var) -> bool:
@@ -141,8 +155,9 @@ def fits_local(ctx: RuleContext, array: str) -> bool:
     """Inlining ``array`` into its consumers keeps each one within the local tier."""
     from .actions import inline_everywhere
     from ..cost.model import cost
+    hw = _hardware(ctx)
     trial = inline_everywhere(ctx.program, array)
-    return cost(trial, ctx.hardware).fits
+    return cost(trial, hw).fits
 
 
 GUARD_IMPLS: dict[str, Callable] = {

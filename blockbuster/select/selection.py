@@ -17,6 +17,7 @@ import time
 
 import attrs
 
+from ..cost.hardware import Hardware
 from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Program
@@ -53,7 +54,7 @@ class _Fused:
 
 
 class Selector:
-    def __init__(self, rules: RuleSet, hardware=None, limits: Limits | None = None,
+    def __init__(self, rules: RuleSet, hardware: Hardware, limits: Limits | None = None,
                  max_kernels: int = DEFAULT_MAX_KERNELS, progress: bool | None = None):
         self.rules = rules
         self.hardware = hardware
@@ -71,7 +72,8 @@ class Selector:
             # The whole fusion's steps or seconds are spent: the rest stays unfused.
             return candidate, _Fused(canon, {}, (), self.budget.exhausted)
         if hit is None:
-            result = Engine(self.rules, self.limits, self.hardware, budget=self.budget).run(canon)
+            result = Engine(self.rules, self.limits, hardware=self.hardware,
+                            budget=self.budget).run(canon)
             self.fusions += 1
             hit = _Fused(result.program, result.rule_counts(), result.trace, result.stop_reason)
             self.cache[canon] = hit
@@ -124,7 +126,7 @@ class Selector:
 _UNFUSED = _Fused(None, {}, (), "saturated")
 
 
-def _not_worse(fused: Program, original: Program, hardware) -> bool:
+def _not_worse(fused: Program, original: Program, hardware: Hardware) -> bool:
     """Neither the cost-model objective nor the per-call global bytes grew."""
     after, before = cost(fused, hardware), cost(original, hardware)
     return after.objective <= before.objective and after.per_call_bytes <= before.per_call_bytes
@@ -170,7 +172,7 @@ def _progress(total: int, enabled: bool):
 
 
 def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
-                 hardware=None, step_check=None, max_kernels: int = DEFAULT_MAX_KERNELS,
+                 *, hardware: Hardware, step_check=None, max_kernels: int = DEFAULT_MAX_KERNELS,
                  progress: bool | None = None) -> FusionResult:
     """Fuse ``program``: whole when it is small enough to be one candidate, else by
     candidate selection. Never worse than the program it started from: when the
@@ -178,7 +180,8 @@ def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
     recomputes it), selection keeps only the pieces whose fusion pays."""
     if len(program.kernels) <= max_kernels or step_check is not None:
         budget = Budget(limits or Limits())     # shared: limits bound the whole fusion
-        whole = Engine(rules, limits, hardware, step_check, budget=budget).run(program)
+        whole = Engine(rules, limits, hardware=hardware, step_check=step_check,
+                       budget=budget).run(program)
         if step_check is not None or _not_worse(whole.program, program, hardware):
             return whole
         selected = Selector(rules, hardware, limits, max_kernels, progress).select(
@@ -190,7 +193,7 @@ def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
     return _never_worse(selected, program, hardware)
 
 
-def _never_worse(result: FusionResult, program: Program, hardware) -> FusionResult:
+def _never_worse(result: FusionResult, program: Program, hardware: Hardware) -> FusionResult:
     """``result``, or the unfused program when the chosen cover is worse than it (the
     cover minimises the objective piece by piece; per-call bytes may still grow)."""
     if _not_worse(result.program, program, hardware):

@@ -53,9 +53,12 @@ def plugins(tmp_path, monkeypatch):
 
 GOOD = """
 from blockbuster.backends.base import Backend
-backend = Backend(name="{name}", description="{name} for tests", compile_fn=lambda p: None)
+from blockbuster.cost import DEFAULT_HARDWARE as HW
+backend = Backend(name="{name}", description="{name} for tests", compile_fn=lambda p: None,
+                  hardware=HW)
 def factory():
-    return Backend(name="{name}", description="{name} from a factory", compile_fn=lambda p: None)
+    return Backend(name="{name}", description="{name} from a factory",
+                   compile_fn=lambda p: None, hardware=HW)
 """
 
 

@@ -8,6 +8,7 @@ import blockbuster as bb
 from blockbuster.backends.base import Backend
 from blockbuster.backends.reference import compile_program
 from blockbuster.backends.registry import backend_names
+from blockbuster.cost import DEFAULT_HARDWARE
 from blockbuster.errors import BackendError
 
 
@@ -29,7 +30,8 @@ def _counting_backend(runs):
             runs.append(program.name)
             return run(arrays)
         return counted
-    return Backend(name="counting", description="reference, counting runs", compile_fn=compile_fn)
+    return Backend(name="counting", description="reference, counting runs", compile_fn=compile_fn,
+                   hardware=DEFAULT_HARDWARE)
 
 
 def test_preparation_runs_once_per_binding():

@@ -6,6 +6,7 @@ import pytest
 
 from blockbuster.backends.base import Backend, CompiledProgram
 from blockbuster.backends.reference import backend as reference
+from blockbuster.cost import DEFAULT_HARDWARE, Hardware
 from blockbuster.errors import BackendError, BlockbusterError, IRError
 from blockbuster.ir.parser import parse_program
 
@@ -131,13 +132,19 @@ def test_integer_dtype_is_refused():
 
 def test_a_backend_that_forgets_an_output_is_reported():
     lazy = Backend(name="lazy", description="returns nothing",
-                   compile_fn=lambda program: (lambda inputs: {}))
+                   compile_fn=lambda program: (lambda inputs: {}), hardware=DEFAULT_HARDWARE)
     compiled = lazy.compile(parse_program(TEXT))
     message = one_line_error(compiled, X=np.zeros((5, 7)), W=np.zeros(7))
     assert "'lazy' did not compute output 'Y'" in message
 
 
-def test_backend_stores_hardware_as_given():
-    marker = object()
-    b = Backend(name="x", description="d", compile_fn=lambda p: None, hardware=marker)
-    assert b.hardware is marker and reference.hardware is None
+def test_a_backend_owns_a_hardware_description():
+    mine = Hardware("mine", 8, 1 << 16, 1e9, 1e10, 1e11)
+    b = Backend(name="x", description="d", compile_fn=lambda p: None, hardware=mine)
+    assert b.hardware is mine
+    # The reference interpreter is priced as the generic CPU: the public default.
+    assert reference.hardware is DEFAULT_HARDWARE
+    with pytest.raises(TypeError, match="hardware"):
+        Backend(name="x", description="d", compile_fn=lambda p: None)
+    with pytest.raises(TypeError, match="hardware"):
+        Backend(name="x", description="d", compile_fn=lambda p: None, hardware=object())

@@ -7,6 +7,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from blockbuster.checks.programs import random_program
+from blockbuster.cost import DEFAULT_HARDWARE
 from blockbuster.checks.soundness import action_states, check_action, check_programs
 from blockbuster.dsl.loader import default_rules, load_rules_text
 from blockbuster.ir.verify import verify
@@ -25,7 +26,7 @@ ACTIONS = [r for r in RULES.rules.values() if r.kind == "action"]
 def test_every_action_keeps_the_outputs_of_random_programs(program, seed):
     if program is None:
         return
-    states = action_states([program], RULES, seed, per_program=4)
+    states = action_states([program], RULES, seed, per_program=4, hardware=DEFAULT_HARDWARE)
     for rule in ACTIONS:
         finding = check_action(rule, states=states, seed=seed)
         assert finding.sound, str(finding)

@@ -30,6 +30,7 @@ def test_near_miss_rules_are_rejected(rhs, sound):
 
 def test_ablation_counts_bytes_per_call_without_weight_preparation():
     # RMSNorm+FFN-SwiGLU folds the gain into W1 and W3 once (two prep kernels).
-    o = outcome(workload("rmsnorm_ffn_swiglu"), default_rules())
+    from blockbuster.cost import DEFAULT_HARDWARE
+    o = outcome(workload("rmsnorm_ffn_swiglu"), default_rules(), DEFAULT_HARDWARE)
     assert (o.kernels, o.prep) == (1, 2)
     assert o.global_bytes == 4456448          # the whole program moves 6569984

@@ -122,14 +122,44 @@ def test_fits_against_local_capacity():
     assert not short.as_dict()["fits"]
 
 
-def test_roofline_takes_the_slower_of_memory_and_compute():
+def test_roofline_takes_the_slowest_of_memory_compute_and_local_traffic():
     p = program(TWO_KERNELS)
-    slow_memory = Hardware("mem", 1, 1 << 20, 1.0, 1.0, 1e30)
+    slow_memory = Hardware("mem", 1, 1 << 20, 1.0, 1e30, 1e30)
     slow_compute = Hardware("cpu", 1, 1 << 20, 1e30, 1e30, 1.0)
+    slow_local = Hardware("l2", 1, 1 << 20, 1e30, 1.0, 1e30)
     c = cost(p, slow_memory)
     assert c.time_estimate == pytest.approx(c.global_bytes)
     c = cost(p, slow_compute)
     assert c.time_estimate == pytest.approx(c.flops)
+    c = cost(p, slow_local)
+    assert c.time_estimate == pytest.approx(sum(k.local_traffic_bytes for k in c.per_kernel))
+
+
+def test_local_traffic_is_loads_stores_and_dot_operands():
+    mm, act = cost(program(TWO_KERNELS)).per_kernel
+    # Every (i, j, k) step: dot reads A[i, k] and B[k, j] (what it loaded) and writes
+    # an i x j partial product: 100 x 50 elements per k block, 3 k blocks.
+    assert mm.local_traffic_bytes == 2 * mm.loaded_bytes + mm.stored_bytes + 4 * 100 * 50 * 3
+    # exp stays in registers: only the block loaded and the block stored.
+    assert act.local_traffic_bytes == act.loaded_bytes + act.stored_bytes
+
+
+def test_compute_and_local_time_use_only_the_cores_a_kernel_keeps_busy():
+    from blockbuster.cost.model import busy_fraction
+    assert busy_fraction(1, 4) == 0.25 and busy_fraction(16, 4) == 1.0
+    assert busy_fraction(3, 2) == 0.75          # two waves, the second half empty
+    p = program(TWO_KERNELS)                    # mm: 4 x 4 = 16 parallel instances
+
+    def compute_bound(cores):                   # same machine totals, more cores
+        return cost(p, Hardware("cpu", cores, 1 << 20, 1e30, 1e30, 1.0)).per_kernel[0]
+
+    assert compute_bound(16).instances == 16
+    assert compute_bound(16).time_estimate == pytest.approx(compute_bound(16).flops)
+    assert compute_bound(32).time_estimate == pytest.approx(2 * compute_bound(16).flops)
+    assert compute_bound(24).time_estimate == pytest.approx(1.5 * compute_bound(16).flops)
+    # The shared global bandwidth is not scaled by the busy cores.
+    wide = Hardware("mem", 64, 1 << 20, 1.0, 1e30, 1e30)
+    assert cost(p, wide).time_estimate == pytest.approx(cost(p, wide).global_bytes)
 
 
 def test_element_bytes_scales_bytes_only():

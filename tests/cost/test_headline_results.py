@@ -8,14 +8,14 @@ import math
 
 import pytest
 
-from blockbuster.cost import cost
+from blockbuster.cost import DEFAULT_HARDWARE, cost
 from blockbuster.dsl.loader import default_rules
 from blockbuster.frontend.workloads import workload
 from blockbuster.rewrite.engine import fuse
 
 
 def fused(name, **sizes):
-    return fuse(workload(name, **sizes), default_rules()).program
+    return fuse(workload(name, **sizes), default_rules(), hardware=DEFAULT_HARDWARE).program
 
 
 def kernels_and_prep(program):

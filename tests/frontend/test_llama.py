@@ -14,7 +14,7 @@ import blockbuster
 from blockbuster import IRError, UsageError, format_program, parse_program, workload
 from blockbuster.backends.reference import run_program
 from blockbuster.cost import cost
-from blockbuster.cost.model import kernel_cost
+from blockbuster.cost import kernel_cost
 from blockbuster.errors import BackendError
 from blockbuster.frontend.workloads import WORKLOADS
 from blockbuster.ir.program import Kernel, Store

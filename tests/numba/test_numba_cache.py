@@ -70,12 +70,12 @@ def test_same_program_in_one_process_is_not_recompiled(numba_backend):
     assert again.run.reused_in_process
 
 
-def test_cache_key_depends_on_the_source(monkeypatch, tmp_path):
+def test_cache_key_depends_on_the_source_and_the_thread_count(monkeypatch, tmp_path):
     from blockbuster_numba import generate_source
     a = generate_source(workload("attention", N=64))
     b = generate_source(workload("attention", N=96))
-    assert a != b and cache_key(a) != cache_key(b)
-    assert cache_key(a) == cache_key(a)
+    assert a != b and cache_key(a, 2) != cache_key(b, 2)
+    assert cache_key(a, 2) == cache_key(a, 2) != cache_key(a, 4)
     monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path))
     assert cache_root() == tmp_path / "numba"
     monkeypatch.delenv("BLOCKBUSTER_CACHE")

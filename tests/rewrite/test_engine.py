@@ -5,8 +5,16 @@ from blockbuster.backends.reference import run_program
 from blockbuster.dsl.loader import default_rules, load_rules_text
 from blockbuster.frontend.workloads import workload
 from blockbuster.ir.parser import parse_program
-from blockbuster.rewrite.engine import Engine, Limits, RuleError, fuse
+from blockbuster.cost import DEFAULT_HARDWARE
+from blockbuster.rewrite import engine as _engine
+from blockbuster.rewrite.engine import Engine, Limits, RuleError
 from blockbuster.validate import random_inputs
+
+
+def fuse(program, *args, **kwargs):
+    """The engine, for the default hardware (the reference backend's)."""
+    return _engine.fuse(program, *args, hardware=DEFAULT_HARDWARE, **kwargs)
+
 
 SMALL = """
 program small
@@ -75,8 +83,8 @@ def test_deterministic(name):
 def test_index_by_root_operator_changes_nothing_but_speed():
     program = workload("layernorm_matmul")
     rules = default_rules()
-    with_index = Engine(rules).run(program)
-    without = Engine(rules, use_index=False).run(program)
+    with_index = Engine(rules, hardware=DEFAULT_HARDWARE).run(program)
+    without = Engine(rules, hardware=DEFAULT_HARDWARE, use_index=False).run(program)
     assert with_index.program == without.program
     assert [s.rule for s in with_index.trace] == [s.rule for s in without.trace]
 

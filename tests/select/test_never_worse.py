@@ -40,7 +40,7 @@ def test_the_whole_program_fusion_would_have_been_worse():
     from blockbuster.dsl.loader import default_rules
     from blockbuster.rewrite.engine import Engine
     program = _shared_matmul(37, 150, 5)
-    whole = Engine(default_rules()).run(program).program
+    whole = Engine(default_rules(), hardware=bb.cost.DEFAULT_HARDWARE).run(program).program
     assert bb.cost(whole).per_call_bytes > bb.cost(program).per_call_bytes
     result = bb.fuse(program)
     assert result.fallback

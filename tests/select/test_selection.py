@@ -21,7 +21,7 @@ SIZES = dict(T=50, E=64, F=96, NH=4, KVH=2)
 
 @pytest.fixture(scope="module")
 def selector():
-    return Selector(default_rules(), progress=False)
+    return Selector(default_rules(), bb.cost.DEFAULT_HARDWARE, progress=False)
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import functools
 import time
 
 import attrs
 
 from blockbuster.backends.base import Backend, CompiledProgram
+from blockbuster.cost.hardware import Hardware
 from blockbuster.ir.program import Program
 from blockbuster.ir.verify import verify
 
@@ -45,10 +47,16 @@ class NumbaCompiledProgram(CompiledProgram):
 
 @attrs.frozen(kw_only=True, eq=False)
 class NumbaBackend(Backend):
+    """The Numba backend for the CPU its ``hardware`` describes: kernels run on
+    ``hardware.cores`` threads (the generated parallel loops are split for that many,
+    and Numba's pool is held to it while they run). ``threads=`` overrides it for one
+    compile."""
+
     def compile(self, program: Program, **options) -> NumbaCompiledProgram:
         from .compiler import compile_module
         start = time.perf_counter()
         verify(program)
+        options = {"threads": self.hardware.cores, **options}
         module = compile_module(program, **options)
         return NumbaCompiledProgram(
             program=program, backend=self.name, run=module,
@@ -59,19 +67,21 @@ class NumbaBackend(Backend):
             compile_part=lambda part: compile_module(part, **options))
 
 
-def compile_program(program: Program, **options):
-    """``compile_fn`` of the backend: the runner alone (inputs -> outputs)."""
+def compile_program(program: Program, hardware: Hardware, **options):
+    """``compile_fn`` of the backend (``hardware`` bound): the runner alone (inputs ->
+    outputs), on ``hardware.cores`` threads unless ``threads=`` says otherwise."""
     from .compiler import compile_module
-    return compile_module(program, **options)
+    return compile_module(program, **{"threads": hardware.cores, **options})
 
 
-def make_backend() -> NumbaBackend:
-    hw = cpu_hardware()
+def make_backend(hardware: Hardware | None = None) -> NumbaBackend:
+    """The backend for ``hardware``; by default this CPU (:func:`cpu_hardware`)."""
+    hw = cpu_hardware() if hardware is None else hardware
     return NumbaBackend(
         name="numba",
         description=f"Numba JIT for the CPU: generated prange kernels, np.dot on blocks "
                     f"({describe(hw)})",
-        compile_fn=compile_program,
+        compile_fn=functools.partial(compile_program, hardware=hw),
         hardware=hw,
     )
 

@@ -2,21 +2,25 @@
 
 The generated source of a program is written once to
 ``$BLOCKBUSTER_CACHE/numba/<program>_<key>.py`` (default cache root:
-``~/.cache/blockbuster``), where ``key`` hashes the source, this plugin's version,
-the source of :mod:`.runtime` and the Numba, NumPy and Python versions. The kernels
+``~/.cache/blockbuster``), where ``key`` hashes the source, the thread count it was
+generated for, this plugin's version, the source of :mod:`.runtime` and the Numba,
+NumPy and Python versions. The kernels
 are ``@njit(cache=True)`` with explicit signatures, so importing the module compiles
 them, and Numba keeps their machine code in ``__pycache__`` beside the file: a second
 process importing the same file loads the machine code instead of compiling again.
 The file is never rewritten (its timestamp is part of Numba's cache check).
 
 Running: inputs become C-contiguous arrays of the program's dtype, and the kernels run
-with BLAS held to one thread (they call ``np.dot`` on blocks from inside ``prange``,
-where a multi-threaded BLAS would oversubscribe the cores). ``scipy.linalg.cython_blas``
+on the module's thread count (the backend's ``Hardware.cores``; Numba's pool is held
+to it, at most ``NUMBA_NUM_THREADS``) with BLAS held to one thread (they call
+``np.dot`` on blocks from inside ``prange``, where a multi-threaded BLAS would
+oversubscribe the cores). ``scipy.linalg.cython_blas``
 is imported first so that the BLAS Numba calls is loaded before threadpoolctl looks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -50,11 +54,11 @@ def cache_root() -> Path:
     return base / "numba"
 
 
-def cache_key(source: str) -> str:
+def cache_key(source: str, threads: int) -> str:
     from . import __version__
     h = hashlib.sha256()
-    for part in (source, __version__, Path(runtime.__file__).read_text(), numba.__version__,
-                 np.__version__, sys.version):
+    for part in (source, f"threads={threads}", __version__, Path(runtime.__file__).read_text(),
+                 numba.__version__, np.__version__, sys.version):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
@@ -92,11 +96,13 @@ def _blas_controller() -> ThreadpoolController:
 class CompiledModule:
     """A generated module, imported (its kernels JIT-compiled or loaded from cache)."""
 
-    def __init__(self, program, source: str, dtype: np.dtype, directory: Path | None = None):
+    def __init__(self, program, source: str, dtype: np.dtype, threads: int,
+                 directory: Path | None = None):
         self.program = program
         self.source = source
         self.dtype = dtype
-        self.key = cache_key(source)
+        self.threads = threads
+        self.key = cache_key(source, threads)
         stem = re.sub(r"\W", "_", program.name)[:40] or "program"
         directory = _writable(cache_root() if directory is None else Path(directory))
         self.path = directory / f"{stem}_{self.key}.py"
@@ -148,8 +154,20 @@ class CompiledModule:
     def __call__(self, inputs) -> dict:
         arrays = {name: _kernel_array(inputs[name], self.dtype)
                   for name in self.program.inputs}
-        with _blas_controller().limit(limits=1, user_api="blas"):
+        with _blas_controller().limit(limits=1, user_api="blas"), _numba_threads(self.threads):
             return self.module.run(arrays)
+
+
+@contextlib.contextmanager
+def _numba_threads(threads: int):
+    """Numba's parallel loops run on ``threads`` threads (at most the pool's size)
+    while the kernels run; the caller's setting is restored after."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def _kernel_array(value, dtype: np.dtype) -> np.ndarray:
@@ -159,18 +177,21 @@ def _kernel_array(value, dtype: np.dtype) -> np.ndarray:
     return arr if arr.flags.writeable else arr.copy()
 
 
-def compile_module(program, dtype=np.float32, threads: int | None = None,
+def compile_module(program, dtype=np.float32, *, threads: int,
                    cache_dir: str | os.PathLike | None = None,
                    parallel: bool | None = None) -> CompiledModule:
-    """Generate, cache and import the module of ``program``. ``parallel``: True or
-    False forces every kernel's outer loops to be a ``prange`` or a plain loop; None
-    (the default) decides per kernel from its work."""
+    """Generate, cache and import the module of ``program`` for ``threads`` threads
+    (the backend passes its ``Hardware.cores``). ``parallel``: True or False forces
+    every kernel's outer loops to be a ``prange`` or a plain loop; None (the default)
+    decides per kernel from its work."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise BackendError(f"numba: dtype must be float32 or float64, got {dtype}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise BackendError(f"numba: threads must be a positive integer, got {threads!r}")
     start = time.perf_counter()
     source = generate_source(program, dtype=dtype.name, threads=threads, parallel=parallel)
     codegen = time.perf_counter() - start
-    compiled = CompiledModule(program, source, dtype, cache_dir)
+    compiled = CompiledModule(program, source, dtype, threads, cache_dir)
     compiled.codegen_seconds = codegen
     return compiled
