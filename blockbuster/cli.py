@@ -33,9 +33,11 @@ EXIT_BROKEN_PIPE = 128 + 13          # what a shell reports for a process killed
 # ---------------------------------------------------------------------------
 
 def add_program_args(p: argparse.ArgumentParser) -> None:
-    """WORKLOAD [--size DIM=INT]... [--block DIM=INT]..."""
-    p.add_argument("workload", metavar="WORKLOAD",
-                   help="a built-in workload (see `blockbuster workloads`)")
+    """TARGET [--size DIM=INT]... [--block DIM=INT]..."""
+    p.add_argument("workload", metavar="TARGET",
+                   help="a built-in workload (see `blockbuster workloads`), a program "
+                        "file PATH.bbp, or module.py:factory (a Python file whose "
+                        "factory() returns a Program or (torch model, example inputs))")
     p.add_argument("--size", action="append", metavar="DIM=INT", default=[],
                    help="size of a dimension (repeatable), e.g. --size N=200")
     p.add_argument("--block", action="append", metavar="DIM=INT", default=[],
@@ -43,9 +45,10 @@ def add_program_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_program(args: argparse.Namespace):
-    import blockbuster
-    return blockbuster.workload(args.workload, blocks=parse_assignments(args.block, "--block"),
-                                **parse_assignments(args.size, "--size"))
+    """The unfused program of the command's TARGET."""
+    from .subjects import load_subject
+    return load_subject(args.workload, parse_assignments(args.size, "--size"),
+                        parse_assignments(args.block, "--block")).program
 
 
 def print_json(obj) -> None:
@@ -70,11 +73,17 @@ def chosen_backend(args: argparse.Namespace):
 # ---------------------------------------------------------------------------
 
 def add_run(sub) -> None:
-    p = sub.add_parser("run", help="build, fuse, compile, run and validate a workload",
-                       description="Build WORKLOAD, fuse it, compile it with a backend, run "
-                                   "it on random inputs and validate against the NumPy "
-                                   "oracle. Exit status 1 if validation fails.")
+    p = sub.add_parser("run", help="build, fuse, compile, run and validate a target",
+                       description="Build TARGET, fuse it, compile it with a backend, run "
+                                   "it and validate the result: a workload against its "
+                                   "NumPy oracle, a program file against the reference "
+                                   "interpreter on the unfused program (float64), a "
+                                   "PyTorch model against eager PyTorch (float64). "
+                                   "Exit status 1 if validation fails.")
     add_program_args(p)
+    p.add_argument("--inputs", metavar="FILE.npz",
+                   help="input (and weight) arrays by name; others are random "
+                        "(a PyTorch model runs on its example inputs)")
     add_backend_arg(p, "backend to compile with")
     p.add_argument("--seed", type=seed_arg, default=0, metavar="INT",
                    help="seed of the random inputs, a non-negative integer (default 0)")
@@ -159,6 +168,13 @@ def _verify_small_copy(args, rules, limits, hardware) -> int:
     from .checks.verify_steps import StepVerifier, small_sizes
     from .frontend.workloads import WORKLOADS
     full = build_program(args)
+    if args.workload not in WORKLOADS:         # a program file or a model: as given
+        from .memcheck import check_fits_memory
+        check_fits_memory(full)
+        verifier = StepVerifier(full, seed=args.seed)
+        blockbuster.fuse(full, rules=rules, limits=limits, hardware=hardware,
+                         step_check=verifier)
+        return verifier.checked
     sizes, blocks = small_sizes(full)
     own = WORKLOADS[args.workload].dims        # not the dimensions a workload derives
     params = {d: v for d, v in parse_assignments(args.size, "--size").items() if d not in own}
@@ -220,7 +236,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             write_new_file(args.emit_source, source, allowed=(".py",))
 
+    if args.inputs is not None and not os.path.isfile(args.inputs):
+        raise UsageError(f"--inputs {args.inputs}: no such file")
     report = run_workload(args.workload, sizes=sizes, blocks=blocks,
+                          inputs_file=args.inputs,
                           backend=backend, seed=args.seed, rules=rules, limits=limits,
                           on_fused=on_fused, progress=False if args.json else None,
                           on_compiled=on_compiled)
@@ -264,6 +283,47 @@ def cmd_show(args: argparse.Namespace) -> int:
         # A comment: the text still parses back.
         header = f"# fused for backend {backend.name}: {backend.hardware.summary()}\n"
     sys.stdout.write(header + blockbuster.format_program(program))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------
+# import
+# ---------------------------------------------------------------------------
+
+def add_import(sub) -> None:
+    p = sub.add_parser("import", help="write the unfused program of a model or factory",
+                       description="Import module.py:factory (a PyTorch model with example "
+                                   "inputs, or a Program) and write its unfused block "
+                                   "program in the text form.")
+    p.add_argument("workload", metavar="module.py:factory")
+    p.add_argument("-o", "--output", metavar="FILE.bbp", required=True,
+                   help="the program file to write (never overwritten)")
+    p.add_argument("--weights", metavar="FILE.npz",
+                   help="also write the model's parameter values (for run --inputs)")
+    p.add_argument("--block", action="append", metavar="DIM=INT", default=[],
+                   help="block size of a dimension (repeatable)")
+    p.set_defaults(func=cmd_import, size=[])
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    import blockbuster
+    from .subjects import is_factory
+    if not is_factory(args.workload):
+        raise UsageError(f"{args.workload}: import takes module.py:factory")
+    check_output_path(args.output, allowed=(".bbp",), flag="-o")
+    if args.weights:
+        check_output_path(args.weights, allowed=(".npz",), flag="--weights")
+        if not args.weights.endswith(".npz"):
+            raise UsageError(f"--weights {args.weights}: the file name must end in .npz")
+    program = build_program(args)
+    write_new_file(args.output, blockbuster.format_program(program), allowed=(".bbp",))
+    note = ""
+    if args.weights:
+        import numpy as np
+        np.savez(args.weights, **(program.params or {}))
+        note = f", weights in {args.weights}"
+    print(f"wrote {args.output}: {len(program.kernels)} kernels, inputs "
+          f"{', '.join(n for n in program.inputs if n not in program.weights)}{note}")
     return EXIT_OK
 
 
@@ -394,7 +454,8 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
 
 
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS: list[Callable] = [add_run, add_show, add_workloads, add_backends, add_rules]
+COMMANDS: list[Callable] = [add_run, add_show, add_import, add_workloads, add_backends,
+                             add_rules]
 
 
 def build_parser() -> argparse.ArgumentParser:

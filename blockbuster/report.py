@@ -48,19 +48,22 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def run_workload(name: str, sizes: dict[str, int] | None = None,
+def run_workload(target, sizes: dict[str, int] | None = None,
                  blocks: dict[str, int] | None = None, backend=None, seed: int = 0,
                  rules=None, limits=None, step_check=None,
-                 on_fused=None, progress=None, on_compiled=None) -> dict[str, Any]:
-    """Build, fuse, compile, run and validate one workload; returns the report dict.
+                 on_fused=None, progress=None, on_compiled=None,
+                 inputs_file: str | None = None) -> dict[str, Any]:
+    """Build, fuse, compile, run and validate one target; returns the report dict.
 
+    ``target``: a workload name, ``PATH.bbp``, ``module.py:factory`` (see
+    :mod:`blockbuster.subjects`) or a loaded :class:`~blockbuster.subjects.Subject`.
     ``backend`` is a Backend object or a registered name (default: the registry's
     default backend). ``rules``/``limits``/``step_check`` go to :func:`blockbuster.fuse`;
     ``on_fused(fusion_result)`` is called before compiling (``--explain``, ``--dot``).
     """
     from .backends.registry import default_backend_name, get_backend
-    from .oracles import oracle
-    from .validate import compare, random_inputs
+    from .subjects import Subject, load_subject
+    from .validate import compare
 
     # Resolve the backend first, so a typo fails before any work is done. Fusion
     # and the report price with its hardware: what it compiles for.
@@ -75,7 +78,9 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
         timings[stage] = time.perf_counter() - start
         return result
 
-    program = timed("build", blockbuster.workload, name, blocks=blocks, **(sizes or {}))
+    subject = target if isinstance(target, Subject) else timed(
+        "build", load_subject, target, sizes, blocks, inputs_file)
+    program = subject.program
     check_fits_memory(program)      # before anything is allocated
     fusion = timed("fuse", blockbuster.fuse, program, rules=rules, limits=limits,
                    hardware=hardware, step_check=step_check, progress=progress)
@@ -85,14 +90,15 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
     compiled = timed("compile", blockbuster.compile, fused, backend=backend)
     if on_compiled is not None:
         on_compiled(compiled)
-    inputs = random_inputs(fused, seed=seed)
+    inputs = subject.make_inputs(fused, seed)
     outputs = timed("run", compiled, **inputs)
-    validation = compare(outputs, oracle(name, inputs))
+    validation = compare(outputs, subject.oracle(inputs))
 
     before = cost(program, hardware)
     after = cost(fused, hardware)
     return {
-        "workload": name,
+        "workload": subject.label,
+        "kind": subject.kind,
         "backend": backend.name,
         "hardware": hardware.as_dict(),
         "sizes": {d.name: d.size for d in program.dims},

@@ -16,7 +16,7 @@ import pytest
 from blockbuster.cost import cost
 from blockbuster.cost.counting import LoopSums
 from blockbuster.frontend.workloads import workload
-from blockbuster.rewrite.engine import fuse
+from blockbuster import fuse
 from blockbuster_numba.codegen import ModuleGenerator
 
 from helpers_numba import program

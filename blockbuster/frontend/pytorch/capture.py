@@ -9,6 +9,7 @@ operator the user wrote.
 from __future__ import annotations
 
 import os
+import warnings
 
 from .dims import ImportError_
 
@@ -44,7 +45,10 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
     was_training = module.training
     module.eval()
     try:
-        ep = _export(torch, module, tuple(example_inputs), strict)
+        with warnings.catch_warnings():      # torch's deprecation chatter is not the user's
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ep = _export(torch, module, tuple(example_inputs), strict)
         table = torch.export.default_decompositions()
         for op in kept_ops(torch):
             table.pop(op, None)

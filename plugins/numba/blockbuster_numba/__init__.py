@@ -56,7 +56,7 @@ class NumbaBackend(Backend):
         from .compiler import compile_module
         start = time.perf_counter()
         verify(program)
-        options = {"threads": self.hardware.cores, **options}
+        options = {"threads": self.hardware.cores, "hardware": self.hardware, **options}
         module = compile_module(program, **options)
         return NumbaCompiledProgram(
             program=program, backend=self.name, run=module,
@@ -71,7 +71,8 @@ def compile_program(program: Program, hardware: Hardware, **options):
     """``compile_fn`` of the backend (``hardware`` bound): the runner alone (inputs ->
     outputs), on ``hardware.cores`` threads unless ``threads=`` says otherwise."""
     from .compiler import compile_module
-    return compile_module(program, **{"threads": hardware.cores, **options})
+    return compile_module(program, **{"threads": hardware.cores, "hardware": hardware,
+                                      **options})
 
 
 def make_backend(hardware: Hardware | None = None) -> NumbaBackend:

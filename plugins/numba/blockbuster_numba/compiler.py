@@ -179,7 +179,7 @@ def _kernel_array(value, dtype: np.dtype) -> np.ndarray:
 
 def compile_module(program, dtype=np.float32, *, threads: int,
                    cache_dir: str | os.PathLike | None = None,
-                   parallel: bool | None = None) -> CompiledModule:
+                   parallel: bool | None = None, hardware=None) -> CompiledModule:
     """Generate, cache and import the module of ``program`` for ``threads`` threads
     (the backend passes its ``Hardware.cores``). ``parallel``: True or False forces
     every kernel's outer loops to be a ``prange`` or a plain loop; None (the default)
@@ -190,7 +190,8 @@ def compile_module(program, dtype=np.float32, *, threads: int,
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise BackendError(f"numba: threads must be a positive integer, got {threads!r}")
     start = time.perf_counter()
-    source = generate_source(program, dtype=dtype.name, threads=threads, parallel=parallel)
+    source = generate_source(program, dtype=dtype.name, threads=threads, parallel=parallel,
+                             hardware=hardware)
     codegen = time.perf_counter() - start
     compiled = CompiledModule(program, source, dtype, threads, cache_dir)
     compiled.codegen_seconds = codegen

@@ -36,12 +36,11 @@ __all__ = ["generate_source", "ModuleGenerator", "KernelGenerator", "Frame", "Na
 
 
 def generate_source(program: Program, dtype: str = "float32", threads: int | None = None,
-                    header: str = "", parallel: bool | None = None) -> str:
+                    header: str = "", parallel: bool | None = None, hardware=None) -> str:
     """The Python source of ``program`` for Numba: one ``@njit`` function per kernel
     and ``run(inputs) -> outputs``. Deterministic: the same program gives the same
-    text (it is the cache key of the compiled module)."""
-    if threads is None:
-        from ..hardware import cpu_count
-        threads = cpu_count()
+    text (it is the cache key of the compiled module). ``hardware`` (default: this
+    CPU) gives the thread count unless ``threads`` is given, and prices each kernel's
+    parallel decision."""
     return ModuleGenerator(program, dtype=dtype, threads=threads, header=header,
-                           parallel=parallel).generate()
+                           parallel=parallel, hardware=hardware).generate()

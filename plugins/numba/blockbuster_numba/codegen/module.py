@@ -15,13 +15,17 @@ from .values import Namer
 class ModuleGenerator:
     """Generates the module source for one program (``generate_source``)."""
 
-    def __init__(self, program: Program, dtype: str = "float32", threads: int = 2,
-                 header: str = "", parallel: bool | None = None):
+    def __init__(self, program: Program, dtype: str = "float32", threads: int | None = None,
+                 header: str = "", parallel: bool | None = None, hardware=None):
         if dtype not in HELPERS:
             raise BackendError(f"numba: dtype must be float32 or float64, got {dtype}")
         self.program = program
         self.dtype = dtype
-        self.threads = max(1, threads)
+        if hardware is None:
+            from ..hardware import cpu_hardware
+            hardware = cpu_hardware()
+        self.hardware = hardware         # prices the parallel decision
+        self.threads = max(1, hardware.cores if threads is None else threads)
         self.parallel = parallel     # None: decided per kernel from its work
         self.header = header
         self.dims = program.dim_map

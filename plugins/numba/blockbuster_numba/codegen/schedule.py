@@ -42,13 +42,15 @@ def parallel_prefix(multi: list[tuple[str, Dim]], threads: int) -> tuple[int, in
     return npar, total
 
 
-def worth_parallel(kernel: Kernel, program: Program, parallel: bool | None) -> bool:
-    """Whether the kernel runs its outer loops in parallel (``parallel``: forced)."""
+def worth_parallel(kernel: Kernel, program: Program, parallel: bool | None,
+                   hardware) -> bool:
+    """Whether the kernel runs its outer loops in parallel (``parallel``: forced),
+    from its work priced on the backend's ``hardware``."""
     if parallel is not None:
         return parallel
     try:
-        from blockbuster.cost import kernel_cost
-        kc = kernel_cost(kernel, program)
+        from blockbuster.cost.model import kernel_cost
+        kc = kernel_cost(kernel, program, hardware)
         work = kc.flops + kc.global_bytes
     except Exception:   # the cost model cannot price it: assume it is worth it
         return True
@@ -73,7 +75,7 @@ class KernelLoops:
             else:
                 multi.append((var, d))
         npar, total = parallel_prefix(multi, g.m.threads)
-        if npar and worth_parallel(k, g.m.program, g.m.parallel):
+        if npar and worth_parallel(k, g.m.program, g.m.parallel, g.m.hardware):
             self.parallel = True
             frame = Frame(root)
             par = multi[:npar]

@@ -1,0 +1,219 @@
+"""What the command line runs: a built-in workload, a program file, or a model.
+
+``TARGET`` is one of
+
+* a built-in workload name (``attention``): validated against its NumPy oracle;
+* ``PATH.bbp``, a program in the text form: validated against the reference
+  interpreter running the *unfused* program in float64;
+* ``module.py:factory``, a Python file whose ``factory()`` returns a ``Program`` (as
+  a program file) or ``(torch module or function, example inputs)``: imported with
+  :func:`blockbuster.from_torch` and validated against PyTorch eager in float64.
+
+Each becomes a :class:`Subject`: the unfused program, the inputs to run it on and an
+oracle (inputs -> expected outputs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Callable
+
+import attrs
+import numpy as np
+
+from .errors import UsageError
+from .ir.program import Program
+
+
+@attrs.frozen
+class Subject:
+    label: str                                   # the report's "workload"
+    kind: str                                    # workload, program, torch
+    program: Program
+    make_inputs: Callable[[Program, int], dict]  # (fused program, seed) -> arrays
+    oracle: Callable[[dict], dict]               # inputs -> float64 outputs
+
+
+def is_factory(target: str) -> bool:
+    path, sep, attr = target.rpartition(":")
+    return bool(sep) and path.endswith(".py") and attr.isidentifier()
+
+
+def load_subject(target: str, sizes: dict | None = None, blocks: dict | None = None,
+                 inputs_file: str | None = None) -> Subject:
+    sizes, blocks = dict(sizes or {}), dict(blocks or {})
+    if is_factory(target):
+        subject = _from_factory(target, sizes, blocks)
+    elif target.endswith(".bbp"):
+        subject = _program_subject(target, _read_program(target), sizes, blocks)
+    elif Path(target).suffix or "/" in target:
+        raise UsageError(f"{target}: not a workload, a .bbp program or module.py:factory")
+    else:
+        subject = _workload_subject(target, sizes, blocks)
+    if inputs_file is not None:
+        subject = attrs.evolve(subject, make_inputs=_inputs_from(inputs_file, subject))
+    return subject
+
+
+# --- built-in workloads ------------------------------------------------------------------
+
+def _workload_subject(name: str, sizes: dict, blocks: dict) -> Subject:
+    import blockbuster
+    from .oracles import oracle
+    from .validate import random_inputs
+    program = blockbuster.workload(name, blocks=blocks, **sizes)
+    return Subject(name, "workload", program, lambda p, seed: random_inputs(p, seed=seed),
+                   lambda inputs: oracle(name, inputs))
+
+
+# --- program files --------------------------------------------------------------------------
+
+def _read_program(path: str) -> Program:
+    from .ir.parser import parse_program
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror}") from None
+    return parse_program(text, filename=path)
+
+
+def _resize(program: Program, sizes: dict, blocks: dict, what: str) -> Program:
+    from .ir.types import Dim
+    from .ir.verify import verify
+    known = {d.name for d in program.dims}
+    for name in list(sizes) + list(blocks):
+        if name not in known:
+            raise UsageError(f"{what}: no dimension {name} (dimensions: "
+                             f"{', '.join(sorted(known))})")
+    dims = []
+    for d in program.dims:
+        size = sizes.get(d.name, d.size)
+        block = 1 if d.point else min(blocks.get(d.name, d.block), size)
+        dims.append(Dim(d.name, size, block, d.point))
+    return verify(program.evolve(dims=tuple(dims)))
+
+
+def _program_subject(label: str, program: Program, sizes: dict, blocks: dict) -> Subject:
+    from .validate import random_inputs
+    program = _resize(program, sizes, blocks, label)
+
+    def make_inputs(p: Program, seed: int) -> dict:
+        arrays = random_inputs(p, seed=seed)
+        for name, value in (program.params or {}).items():
+            arrays[name] = np.asarray(value, dtype=np.float32)
+        return arrays
+    return Subject(label, "program", program, make_inputs,
+                   lambda inputs: reference_float64(program, inputs))
+
+
+def reference_float64(program: Program, inputs: dict) -> dict:
+    """The reference interpreter on the unfused program, in float64."""
+    from .backends.reference import backend
+    run = backend.compile(program)
+    return dict(run(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}))
+
+
+# --- Python factories -----------------------------------------------------------------------
+
+def _from_factory(target: str, sizes: dict, blocks: dict) -> Subject:
+    path, _, attr = target.rpartition(":")
+    made = _call_factory(path, attr)
+    if isinstance(made, Program):
+        return _program_subject(target, made, sizes, blocks)
+    if isinstance(made, tuple) and len(made) == 2:
+        if sizes:
+            raise UsageError(f"{target}: --size does not apply to a PyTorch model (its "
+                             f"example inputs fix the sizes)")
+        model, example = made
+        return torch_subject(target, model, tuple(example) if isinstance(
+            example, (list, tuple)) else (example,), blocks)
+    raise UsageError(f"{target}: the factory must return a Program or "
+                     f"(torch module or function, example inputs), got {type(made).__name__}")
+
+
+def _call_factory(path: str, attr: str):
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"{path}: no such file")
+    name = f"_blockbuster_factory_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+        factory = getattr(module, attr, None)
+        if not callable(factory):
+            raise UsageError(f"{path}: no function {attr}()")
+        return factory()
+    except UsageError:
+        raise
+    except Exception as err:
+        raise UsageError(f"{path}:{attr}(): {type(err).__name__}: {err}") from None
+    finally:
+        sys.path.remove(str(file.resolve().parent))
+
+
+def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
+    import torch
+
+    from .frontend.pytorch import lower_module
+    low = lower_module(model, *example, blocks=blocks or None)
+    program = low.program.evolve(params=dict(low.weights))
+    by_name = {b.name: t for b, t in zip(low.inputs, example)}
+
+    def make_inputs(p: Program, seed: int) -> dict:
+        arrays = {b.name: _array(by_name[b.name]).reshape(p.shape(b.name))
+                  for b in low.inputs}
+        return arrays
+
+    def oracle(inputs: dict) -> dict:
+        args = [torch.from_numpy(np.asarray(inputs[b.name], dtype=np.float64)
+                                 ).reshape(b.shape) for b in low.inputs]
+        out = _eager_float64(model, args)
+        return {b.name: o.detach().numpy().reshape(program.shape(b.name))
+                for b, o in zip(low.outputs, out)}
+    return Subject(label, "torch", program, make_inputs, oracle)
+
+
+def _array(t) -> np.ndarray:
+    return t.detach().to("cpu").float().numpy()
+
+
+def _eager_float64(model, args) -> list:
+    import copy
+
+    import torch
+    if isinstance(model, torch.nn.Module):
+        model = copy.deepcopy(model).double().eval()
+    with torch.no_grad():
+        out = model(*args)
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [o for o in out if isinstance(o, torch.Tensor)]
+
+
+# --- --inputs FILE.npz ------------------------------------------------------------------------
+
+def _inputs_from(path: str, subject: Subject):
+    try:
+        with np.load(path) as data:
+            given = {k: np.asarray(data[k]) for k in data.files}
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--inputs {path}: {err}") from None
+    program = subject.program
+    unknown = sorted(set(given) - set(program.inputs))
+    if unknown:
+        raise UsageError(f"--inputs {path}: {unknown[0]} is not an input of "
+                         f"{program.name} (inputs: {', '.join(program.inputs)})")
+
+    def make_inputs(p: Program, seed: int) -> dict:
+        arrays = subject.make_inputs(p, seed)
+        for name, value in given.items():
+            if value.size != int(np.prod(p.shape(name))):
+                raise UsageError(f"--inputs {path}: {name} has shape {value.shape}, the "
+                                 f"program needs {p.shape(name)}")
+            arrays[name] = value.astype(np.float32).reshape(p.shape(name))
+        return arrays
+    return make_inputs
