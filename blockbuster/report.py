@@ -12,8 +12,6 @@ import math
 import time
 from typing import Any
 
-import blockbuster
-
 from .ir.program import Program
 from .memcheck import check_fits_memory
 
@@ -57,7 +55,11 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
     ``on_fused(fusion_result)`` is called before compiling (``--explain``, ``--dot``).
     """
     from .backends.registry import default_backend_name, get_backend
+    from .cost.model import cost
+    from .dsl.loader import default_rules
+    from .frontend.workloads import workload
     from .oracles import oracle
+    from .select.selection import fuse_program
     from .validate import compare, random_inputs
 
     # Resolve the backend first, so a typo fails before any work is done.
@@ -72,22 +74,22 @@ def run_workload(name: str, sizes: dict[str, int] | None = None,
         timings[stage] = time.perf_counter() - start
         return result
 
-    program = timed("build", blockbuster.workload, name, blocks=blocks, **(sizes or {}))
+    program = timed("build", workload, name, blocks=blocks, **(sizes or {}))
     check_fits_memory(program)      # before anything is allocated
-    fusion = timed("fuse", blockbuster.fuse, program, rules=rules, limits=limits,
+    fusion = timed("fuse", fuse_program, program, default_rules() if rules is None else rules, limits=limits,
                    hardware=hardware, step_check=step_check, progress=progress)
     fused = fusion.program
     if on_fused is not None:
         on_fused(fusion)
-    compiled = timed("compile", blockbuster.compile, fused, backend=backend)
+    compiled = timed("compile", backend.compile, fused)
     if on_compiled is not None:
         on_compiled(compiled)
     inputs = random_inputs(fused, seed=seed)
     outputs = timed("run", compiled, **inputs)
     validation = compare(outputs, oracle(name, inputs))
 
-    before = blockbuster.cost(program, hardware)
-    after = blockbuster.cost(fused, hardware)
+    before = cost(program, hardware)
+    after = cost(fused, hardware)
     return {
         "workload": name,
         "backend": backend.name,

@@ -8,10 +8,12 @@ once, as ``let`` bindings before the stores; everything else is printed inline
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from .expr import Expr
-from .index import Idx
-from .program import Kernel, Program, Store
+if TYPE_CHECKING:   # annotations only: Expr and Program print themselves through here
+    from .expr import Expr
+    from .index import Idx
+    from .program import Kernel, Program, Store
 
 _LEAVES = ("load", "const", "pos", "runmax")
 
