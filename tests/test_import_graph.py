@@ -126,3 +126,42 @@ def test_modules_below_the_facade_do_not_import_it():
     graph = import_graph()
     users = sorted(m for m, deps in graph.items() if "blockbuster" in deps)
     assert set(users) <= ABOVE_THE_API, users
+
+
+# --- no module reaches into another module's private names ---------------------------
+
+REPO = PACKAGE.parent
+SOURCES = [PACKAGE, *(p for p in (REPO / "plugins").glob("*/*") if (p / "__init__.py").is_file())]
+
+
+def private_imports(path: Path) -> list[str]:
+    """``from x import _name`` and ``x._name`` on an imported module, in one file."""
+    tree = ast.parse(path.read_text(), str(path))
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path.name}:{node.lineno}: imports {alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            found.append(f"{path.name}:{node.lineno}: uses {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    files = [p for root in SOURCES for p in root.rglob("*.py")]
+    assert len(files) > 50
+    found = [hit for p in files for hit in private_imports(p)]
+    assert found == []
+
+
+def test_private_import_finder_sees_both_forms(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from .actions import _helper\nfrom . import subst\nsubst._fresh('k', set())\n")
+    assert len(private_imports(probe)) == 2

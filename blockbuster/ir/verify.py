@@ -151,6 +151,19 @@ class TypeChecker:
         return outs[0] if len(outs) == 1 else TupleType(tuple(outs))
 
 
+class LenientTypeChecker(TypeChecker):
+    """Types a sub-expression out of its kernel (a rule pattern's instance, a guard's
+    argument): block indices are not checked against any scope."""
+
+    def _check_index(self, e, ix, dim, scope, where):
+        return None
+
+    def type_out_of_context(self, e: Expr):
+        """The type of ``e`` with each free variable taken as bound, over no known
+        dimension (``IRError`` if ill-typed)."""
+        return self.type_of(e, {v: ("?", "?") for v in e.free_vars})
+
+
 # Rewriting verifies a program after every step, and a step changes one kernel:
 # kernels already verified against the same declarations are not checked again.
 _VERIFIED_KERNELS: set = set()

@@ -20,7 +20,7 @@ from ..ir.combiners import COMBINERS
 from ..ir.expr import BindAttr, Expr, LoadAttr, proj
 from ..ir.index import IVar, free_vars as index_vars
 from ..ir.program import Kernel, Program
-from .subst import replace_nodes, substitute_index
+from .subst import replace_in_kernel, replace_nodes, substitute_index
 
 
 @attrs.frozen
@@ -32,12 +32,6 @@ class Application:
     after: Expr | None
     bindings: dict
     build: Callable[[], Program]
-
-
-def _replace_in_kernel(program: Program, kernel: Kernel, mapping: dict) -> Program:
-    stores = tuple(attrs.evolve(s, value=replace_nodes(s.value, mapping)) for s in kernel.stores)
-    new = attrs.evolve(kernel, stores=stores)
-    return program.evolve(kernels=tuple(new if k is kernel else k for k in program.kernels))
 
 
 # --- inline ---------------------------------------------------------------------
@@ -88,7 +82,7 @@ def find_inline(program: Program) -> Iterator[Application]:
 
 def _inline_application(program, kernel, load) -> Application:
     def build():
-        return _replace_in_kernel(program, kernel, {load: producer_value_at(program, load)})
+        return replace_in_kernel(program, kernel, {load: producer_value_at(program, load)})
     return Application(kernel.name, load, None, {"X": load.attr.array}, build)
 
 
@@ -99,7 +93,7 @@ def inline_everywhere(program: Program, array: str) -> Program:
                  if n.op == "load" and n.attr.array == array}
         if loads:
             current = next(k for k in program.kernels if k.name == kernel.name)
-            program = _replace_in_kernel(program, current,
+            program = replace_in_kernel(program, current,
                                          {n: producer_value_at(program, n) for n in loads})
     return program
 
@@ -223,7 +217,7 @@ def _merge_application(program, kernel, a, b, scopes):
         mapping = {k: v for k, v in mapping.items() if k is not new}
 
     def build():
-        return _replace_in_kernel(program, kernel, mapping)
+        return replace_in_kernel(program, kernel, mapping)
     return Application(kernel.name, a, new, {}, build)
 
 
@@ -323,7 +317,7 @@ def _hoist(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
             out = proj(new_r, i)
             mapping[proj(r, i)] = Expr("get", (out,), d) if k >= 0 and held[k] else out
     new_m = Expr("map", (replace_nodes(m.args[0], mapping),), m.attr)
-    return _replace_in_kernel(program, kernel, {m: new_m})
+    return replace_in_kernel(program, kernel, {m: new_m})
 
 
 # --- outline_inputs (weight preparation) -------------------------------------------
@@ -388,7 +382,7 @@ def _outline(program: Program, kernel: Kernel, node: Expr, layout: list) -> Prog
     name = f"prep{n}"
     prep = Kernel(name, tuple(layout), (Store(name, tuple(IVar(v) for v, _ in layout), node),))
     load = Expr("load", (), LoadAttr(name, tuple(IVar(v) for v, _ in layout)))
-    replaced = _replace_in_kernel(program, kernel, {node: load})
+    replaced = replace_in_kernel(program, kernel, {node: load})
     return replaced.evolve(kernels=(prep,) + replaced.kernels,
                            arrays=replaced.arrays + (GlobalArray(name, tuple(d for _, d in layout)),))
 

@@ -16,15 +16,7 @@ from ..ir.expr import Expr
 from ..ir.index import free_vars as index_vars
 from ..ir.program import Kernel, Program
 from ..ir.types import BlockType
-from ..ir.verify import TypeChecker
-
-
-class _LenientChecker(TypeChecker):
-    """Types a sub-expression out of context: variables are assumed bound."""
-
-    def _check_index(self, e, ix, dim, scope, where):
-        return None
-
+from ..ir.verify import LenientTypeChecker
 
 @attrs.define
 class RuleContext:
@@ -33,14 +25,13 @@ class RuleContext:
     hardware: object = None
     candidate: Callable[[], Program] | None = None   # an action's result, built lazily
     run_phase: Callable[[Program, str], Program] | None = None   # lookahead (engine)
-    _checker: TypeChecker | None = None
+    _checker: LenientTypeChecker | None = None
 
     def type_of(self, e: Expr):
         if self._checker is None:
-            self._checker = _LenientChecker(self.program)
-        scope = {v: ("?", "?") for v in e.free_vars}
+            self._checker = LenientTypeChecker(self.program)
         try:
-            return self._checker.type_of(e, scope)
+            return self._checker.type_out_of_context(e)
         except Exception:
             return None
 

@@ -93,6 +93,13 @@ def replace_nodes(root: Expr, mapping: Mapping[Expr, Expr]) -> Expr:
 
 
 
+def replace_in_kernel(program, kernel, mapping: Mapping[Expr, Expr]):
+    """``program`` with ``replace_nodes`` applied to every store of ``kernel``."""
+    stores = tuple(attrs.evolve(s, value=replace_nodes(s.value, mapping)) for s in kernel.stores)
+    new = attrs.evolve(kernel, stores=stores)
+    return program.evolve(kernels=tuple(new if k is kernel else k for k in program.kernels))
+
+
 def unshadow(e: Expr, bound: frozenset[str]) -> Expr:
     """``e`` (evaluated where ``bound`` variables are in scope) with every binder that
     reuses a name bound around it renamed to a fresh one: same meaning, no shadowing."""
