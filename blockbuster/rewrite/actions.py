@@ -20,6 +20,7 @@ from ..ir.combiners import COMBINERS
 from ..ir.expr import BindAttr, Expr, LoadAttr, proj
 from ..ir.index import IVar, free_vars as index_vars
 from ..ir.program import Kernel, Program
+from ..ir.walk import binder_of, walk_scoped
 from .subst import replace_in_kernel, replace_nodes, substitute_index
 
 
@@ -47,7 +48,7 @@ def producer_value_at(program: Program, load: Expr) -> Expr:
     value = store.value
     for sub, ix in zip(store.index, load.attr.index):
         if sub is None:                  # ':' -> pick the map element
-            mapping[value.attr.var] = ix
+            mapping[binder_of(value).var] = ix
             value = value.args[0]
         else:
             mapping[sub.name] = ix
@@ -120,24 +121,15 @@ def find_dead(program: Program) -> Iterator[Application]:
 def _occurrence_scopes(kernel: Kernel) -> dict[Expr, set]:
     """For each node, the scopes (var -> binding site) it occurs in."""
     scopes: dict[Expr, set] = {}
-    seen: set = set()
-    base = tuple((v, "kernel") for v in kernel.loop_vars)
 
     def visit(n: Expr, scope: tuple):
-        key = (n, scope)
-        if key in seen:
-            return
-        seen.add(key)
         scopes.setdefault(n, set()).add(scope)
-        if n.op in ("reduce", "map"):
-            inner = tuple((v, b) for v, b in scope if v != n.attr.var) + ((n.attr.var, id(n)),)
-        else:
-            inner = scope
-        for c in n.args:
-            visit(c, inner)
 
-    for s in kernel.stores:
-        visit(s.value, base)
+    def enter(scope: tuple, binder, n: Expr) -> tuple:   # an inner binder hides an outer one
+        return tuple((v, b) for v, b in scope if v != binder.var) + ((binder.var, id(n)),)
+
+    walk_scoped((s.value for s in kernel.stores),
+                tuple((v, "kernel") for v in kernel.loop_vars), visit, enter)
     return scopes
 
 
@@ -192,12 +184,8 @@ def find_merge_reductions(program: Program) -> Iterator[Application]:
                     yield app
 
 
-def _same_range(a: Expr, b: Expr) -> bool:
-    return (a.attr.var, a.attr.dim, a.attr.lo, a.attr.hi) == (b.attr.var, b.attr.dim, b.attr.lo, b.attr.hi)
-
-
 def _merge_application(program, kernel, a, b, scopes):
-    if not _same_range(a, b):
+    if binder_of(a) != binder_of(b):     # the same variable over the same range
         return None
     if a in set(b.walk()) or b in set(a.walk()):
         return None                      # one feeds the other: not siblings
@@ -273,22 +261,16 @@ def find_hoist(program: Program) -> Iterator[Application]:
 
 
 def _hoistable(m: Expr) -> list[Expr]:
-    d = m.attr.var
+    d = binder_of(m).var
     found: list[Expr] = []
-    seen: set = set()
 
     def visit(n: Expr, bound: frozenset):
-        if (n, bound) in seen:
-            return
-        seen.add((n, bound))
         if n.op == "reduce" and n is not m.args[0] and _can_hoist(n, d, bound):
             found.append(n)
-            return
-        inner = bound | {n.attr.var} if n.op in ("reduce", "map") else bound
-        for c in n.args:
-            visit(c, inner)
+            return False                 # hoisted whole: nothing inside it on its own
+        return None
 
-    visit(m.args[0], frozenset())
+    walk_scoped([m.args[0]], frozenset(), visit)
     return list(dict.fromkeys(found))
 
 
@@ -302,7 +284,7 @@ def _can_hoist(r: Expr, d: str, bound_between: frozenset) -> bool:
 
 
 def _hoist(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
-    d, dim = m.attr.var, m.attr.dim
+    d, dim = binder_of(m)[:2]
     comb = COMBINERS[r.attr.combiner]
     head, passengers = r.args[: comb.head], r.args[comb.head:]
     held = [d in p.free_vars for p in passengers]

@@ -17,6 +17,7 @@ from ..ir.index import free_vars as index_vars
 from ..ir.program import Kernel, Program
 from ..ir.types import BlockType
 from ..ir.verify import LenientTypeChecker
+from ..ir.walk import walk_scoped
 
 @attrs.define
 class RuleContext:
@@ -42,23 +43,17 @@ def _rank(ctx, e, r):
 
 
 def _loads_of(program: Program, array: str):
-    """(kernel, load node, loop vars enclosing the load) for every load of ``array``."""
+    """(kernel, load node, loops (var, dim) enclosing the load) for every load of
+    ``array``: the kernel's loops, then its binders, outermost first."""
+    found = []
     for k in program.kernels:
-        seen = set()
-
-        def visit(n: Expr, bound: tuple):
-            key = (n, bound)
-            if key in seen:
-                return
-            seen.add(key)
+        def visit(n: Expr, loops: tuple, k=k):
             if n.op == "load" and n.attr.array == array:
-                yield k, n, bound
-            inner = bound + ((n.attr.var, n.attr.dim),) if n.op in ("reduce", "map") else bound
-            for c in n.args:
-                yield from visit(c, inner)
+                found.append((k, n, loops))
 
-        for s in k.stores:
-            yield from visit(s.value, tuple(k.loops))
+        walk_scoped((s.value for s in k.stores), tuple(k.loops), visit,
+                    lambda loops, binder, n: loops + ((binder.var, binder.dim),))
+    return found
 
 
 def same_index(ctx: RuleContext, array: str) -> bool:
