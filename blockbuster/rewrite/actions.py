@@ -4,7 +4,17 @@
                       stores, re-indexed at ``e...`` (store->load elimination);
 ``drop_dead``         a kernel whose intermediate arrays nobody loads is deleted;
 ``merge_reductions``  two reductions over the same range in one kernel become one
-                      multi-output reduction (one loop, shared loads).
+                      multi-output reduction (one loop, shared loads);
+``hold``              a kernel's inner parallel loop becomes a local ``map`` (a row of
+                      output blocks held in the local tier);
+``hold_accumulators`` a sum inside such a map becomes one sum of map arrays (a held
+                      row of accumulators, one pass), read back with ``get``;
+``prepare_weights``   an expression of weights only moves into a kernel of its own,
+                      run once (weight preparation).
+
+The vocabulary (``dsl/vocabulary.py``) names them; each name is also the rule's that
+applies it in the shipped rule sets, except where a rule says more (``inline`` by
+``inline_intermediate``, ...).
 
 Each action enumerates its applications in a deterministic order; the engine
 applies the first one whose guards hold, one application per step.
@@ -16,6 +26,7 @@ from typing import Callable, Iterator
 
 import attrs
 
+from ..dsl.vocabulary import ACTIONS
 from ..ir.combiners import COMBINERS
 from ..ir.expr import BindAttr, Expr, LoadAttr, proj
 from ..ir.index import IVar, free_vars as index_vars
@@ -101,7 +112,7 @@ def inline_everywhere(program: Program, array: str) -> Program:
 
 # --- drop_dead ------------------------------------------------------------------
 
-def find_dead(program: Program) -> Iterator[Application]:
+def find_drop_dead(program: Program) -> Iterator[Application]:
     read = set().union(*(k.reads() for k in program.kernels)) if program.kernels else set()
     keep = set(program.outputs) | read
     for kernel in program.kernels:
@@ -245,9 +256,9 @@ def _hold_application(program, kernel, var, dim) -> Application:
     return Application(kernel.name, None, None, {"loop": var}, build)
 
 
-# --- hoist_accumulators -------------------------------------------------------------
+# --- hold_accumulators --------------------------------------------------------------
 
-def find_hoist(program: Program) -> Iterator[Application]:
+def find_hold_accumulators(program: Program) -> Iterator[Application]:
     """Reductions inside a ``map(d in Q: ...)`` that depend on ``d`` only through
     their summed terms: they become one reduction over map arrays (a held row of
     accumulators, one pass), read back with ``get`` inside the map."""
@@ -255,26 +266,26 @@ def find_hoist(program: Program) -> Iterator[Application]:
         maps = list(dict.fromkeys(n for s in kernel.stores for n in s.value.walk()
                                   if n.op == "map"))
         for m in maps:
-            for r in _hoistable(m):
+            for r in _held_reductions(m):
                 yield Application(kernel.name, r, None, {},
-                                  lambda kernel=kernel, m=m, r=r: _hoist(program, kernel, m, r))
+                                  lambda kernel=kernel, m=m, r=r: _hold_accumulators(program, kernel, m, r))
 
 
-def _hoistable(m: Expr) -> list[Expr]:
+def _held_reductions(m: Expr) -> list[Expr]:
     d = binder_of(m).var
     found: list[Expr] = []
 
     def visit(n: Expr, bound: frozenset):
-        if n.op == "reduce" and n is not m.args[0] and _can_hoist(n, d, bound):
+        if n.op == "reduce" and n is not m.args[0] and _can_hold(n, d, bound):
             found.append(n)
-            return False                 # hoisted whole: nothing inside it on its own
+            return False                 # held whole: nothing inside it on its own
         return None
 
     walk_scoped([m.args[0]], frozenset(), visit)
     return list(dict.fromkeys(found))
 
 
-def _can_hoist(r: Expr, d: str, bound_between: frozenset) -> bool:
+def _can_hold(r: Expr, d: str, bound_between: frozenset) -> bool:
     comb = COMBINERS[r.attr.combiner]
     if comb.passenger != "sum" or d not in r.free_vars or r.free_vars & bound_between:
         return False
@@ -283,7 +294,7 @@ def _can_hoist(r: Expr, d: str, bound_between: frozenset) -> bool:
     return all(d not in h.free_vars for h in r.args[: comb.head])
 
 
-def _hoist(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
+def _hold_accumulators(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
     d, dim = binder_of(m)[:2]
     comb = COMBINERS[r.attr.combiner]
     head, passengers = r.args[: comb.head], r.args[comb.head:]
@@ -302,12 +313,12 @@ def _hoist(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
     return replace_in_kernel(program, kernel, {m: new_m})
 
 
-# --- outline_inputs (weight preparation) -------------------------------------------
+# --- prepare_weights (weight preparation) ------------------------------------------
 
-_NOT_OUTLINED = ("reduce", "map", "get", "runmax", "pos", "proj", "pvar")
+_NOT_PREPARED = ("reduce", "map", "get", "runmax", "pos", "proj", "pvar")
 
 
-def find_outline(program: Program) -> Iterator[Application]:
+def find_prepare_weights(program: Program) -> Iterator[Application]:
     """Expressions of weights only (e.g. ``rowscale(gamma[k], W[k, n])``, a weight
     with its norm gain folded in) that a kernel recomputes: each may be precomputed
     once into an array of its own by a kernel of its own (weight preparation)."""
@@ -319,18 +330,18 @@ def find_outline(program: Program) -> Iterator[Application]:
                 if node in seen or node.op in ("load", "const"):
                     continue
                 seen.add(node)
-                layout = _outline_layout(program, node, inputs)
+                layout = _prep_layout(program, node, inputs)
                 if layout is not None:
                     yield Application(kernel.name, node, None, {},
-                                      lambda k=kernel, n=node, l=layout: _outline(program, k, n, l))
+                                      lambda k=kernel, n=node, l=layout: _prepare(program, k, n, l))
 
 
-def _outline_layout(program: Program, node: Expr, inputs: set) -> list | None:
+def _prep_layout(program: Program, node: Expr, inputs: set) -> list | None:
     """[(var, dim)] for the array the value of ``node`` can be stored in, or None."""
     from ..ir.verify import TypeChecker
     var_dim: dict[str, str] = {}
     for n in node.walk():
-        if n.op in _NOT_OUTLINED:
+        if n.op in _NOT_PREPARED:
             return None
         if n.op == "load":
             if n.attr.array not in inputs:
@@ -354,7 +365,7 @@ def _outline_layout(program: Program, node: Expr, inputs: set) -> list | None:
     return [(by_dim[a], a) for a in axes]
 
 
-def _outline(program: Program, kernel: Kernel, node: Expr, layout: list) -> Program:
+def _prepare(program: Program, kernel: Kernel, node: Expr, layout: list) -> Program:
     from ..ir.program import Store
     from ..ir.types import GlobalArray
     taken = {a.name for a in program.arrays} | {k.name for k in program.kernels}
@@ -370,10 +381,12 @@ def _outline(program: Program, kernel: Kernel, node: Expr, layout: list) -> Prog
 
 
 ACTION_IMPLS: dict[str, Callable[[Program], Iterator[Application]]] = {
-    "outline_weights": find_outline,
-    "hoist_accumulators": find_hoist,
+    "prepare_weights": find_prepare_weights,
+    "hold_accumulators": find_hold_accumulators,
     "hold": find_hold,
     "inline": find_inline,
-    "drop_dead": find_dead,
+    "drop_dead": find_drop_dead,
     "merge_reductions": find_merge_reductions,
 }
+
+assert set(ACTION_IMPLS) == set(ACTIONS), "every action in the vocabulary is implemented"
