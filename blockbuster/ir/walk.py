@@ -195,9 +195,13 @@ def find_shadowing(e: "Expr", enclosing: Iterable[str]) -> "Expr | None":
 
 def with_args(node: "Expr", args: tuple) -> "Expr":
     """``node`` with new arguments; ``node`` itself when they are the same objects."""
-    if len(args) == len(node.args) and all(a is b for a, b in zip(args, node.args)):
-        return node
-    return node.replace(args=args)
+    old = node.args
+    if len(args) != len(old):
+        return node.replace(args=args)
+    for a, b in zip(args, old):     # a plain loop: this runs for every node rebuilt
+        if a is not b:
+            return node.replace(args=args)
+    return node
 
 
 def map_expr(root: "Expr", fn: Callable[["Expr"], "Expr | None"],
@@ -214,7 +218,7 @@ def map_expr(root: "Expr", fn: Callable[["Expr"], "Expr | None"],
         if hit is None:
             hit = fn(n)
             if hit is None:
-                hit = with_args(n, tuple(go(a) for a in n.args))
+                hit = with_args(n, tuple([go(a) for a in n.args])) if n.args else n
             memo[n] = hit
         return hit
 
