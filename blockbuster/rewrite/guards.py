@@ -19,6 +19,7 @@ from ..ir.types import BlockType
 from ..ir.verify import LenientTypeChecker
 from ..ir.walk import walk_scoped
 
+
 @attrs.define
 class RuleContext:
     program: Program
