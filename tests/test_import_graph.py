@@ -10,6 +10,7 @@ there is one, else of the package.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import blockbuster
@@ -63,9 +64,15 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
     mods = _modules()
-    return {name: _imports(name, path, mods) for name, path in mods.items()}
+    return {name: frozenset(_imports(name, path, mods)) for name, path in mods.items()}
+
+
+def import_graph() -> dict[str, frozenset[str]]:
+    """Module -> the package modules it imports (built once per test session)."""
+    return dict(_graph())
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
