@@ -67,9 +67,6 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
         step_check = StepVerifier(program)
     result = fuse_program(program, rules, limits=limits, hardware=hardware,
                           step_check=step_check, progress=progress)
-    if program.params is not None:     # an imported model keeps its parameter values
-        import attrs
-        result = attrs.evolve(result, program=result.program.evolve(params=program.params))
     return result
 
 

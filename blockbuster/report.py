@@ -12,10 +12,7 @@ import math
 import time
 from typing import Any
 
-import blockbuster
-
 from .cost.hardware import Hardware
-from .cost.model import cost
 from .ir.program import Program
 from .memcheck import check_fits_memory
 
@@ -62,6 +59,10 @@ def run_workload(target, sizes: dict[str, int] | None = None,
     ``on_fused(fusion_result)`` is called before compiling (``--explain``, ``--dot``).
     """
     from .backends.registry import default_backend_name, get_backend
+    from .cost.model import cost
+    from .dsl.loader import default_rules
+    from .ir.printer import format_program
+    from .select.selection import fuse_program
     from .subjects import Subject, load_subject
     from .validate import compare
 
@@ -82,12 +83,12 @@ def run_workload(target, sizes: dict[str, int] | None = None,
         "build", load_subject, target, sizes, blocks, inputs_file)
     program = subject.program
     check_fits_memory(program)      # before anything is allocated
-    fusion = timed("fuse", blockbuster.fuse, program, rules=rules, limits=limits,
+    fusion = timed("fuse", fuse_program, program, default_rules() if rules is None else rules, limits=limits,
                    hardware=hardware, step_check=step_check, progress=progress)
     fused = fusion.program
     if on_fused is not None:
         on_fused(fusion)
-    compiled = timed("compile", blockbuster.compile, fused, backend=backend)
+    compiled = timed("compile", backend.compile, fused)
     if on_compiled is not None:
         on_compiled(compiled)
     inputs = subject.make_inputs(fused, seed)
@@ -122,7 +123,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
             "passed": bool(validation.passed),
         },
         "timings": timings,
-        "fused_program": blockbuster.format_program(fused),
+        "fused_program": format_program(fused),
     }
 
 

@@ -10,7 +10,8 @@ import json
 import pytest
 
 import blockbuster
-from blockbuster import cli, rulecheck
+from blockbuster import cli
+from blockbuster.checks import soundness
 
 SMALL = ["--size", "N=40", "--size", "D=8", "--backend", "reference"]
 PHASES = "schedule: fuse, mine, algebra, safety, merge, cancel, hold, interchange, prepare\n"
@@ -29,12 +30,12 @@ def private_cache(tmp_path, monkeypatch):
 def checked(monkeypatch):
     """The names of the rules the checker is asked about."""
     names: list[str] = []
-    real = rulecheck._soundness.check_rule
+    real = soundness.check_rule
 
     def spy(rule, *args, **kwargs):
         names.append(rule.name)
         return real(rule, *args, **kwargs)
-    monkeypatch.setattr(rulecheck._soundness, "check_rule", spy)
+    monkeypatch.setattr(soundness, "check_rule", spy)
     return names
 
 

@@ -22,7 +22,8 @@ from ..ir.expr import Expr
 from ..ir.index import IConst
 from ..ir.program import Program
 from ..ir.types import SCALAR, ArrayType, BlockType, Dim, GlobalArray
-from ..ir.verify import TypeChecker
+from ..ir.verify import LenientTypeChecker
+from ..ir.walk import binder_of, walk_scoped
 from ..rewrite.matcher import instantiate
 
 TILES = ("P", "Q", "Z")
@@ -32,11 +33,6 @@ CANDIDATE_TYPES = ([SCALAR] + [BlockType((t,)) for t in TILES]
 
 class MalformedRule(BlockbusterError):
     """A rule the checker cannot instantiate (the loader let it through)."""
-
-
-class _Lenient(TypeChecker):
-    def _check_index(self, e, ix, dim, scope, where):
-        return None
 
 
 # --------------------------------------------------------------------- the pattern
@@ -57,8 +53,8 @@ def analyse(rule: RuleDef) -> PatternInfo:
     scopes: dict = {}
     binders: list = []
     range_scopes: dict = {}
-    runmax_vars: list = []
 
+    # A scope is the set of (loop var, range var) bound around a node.
     def visit(n: Expr, bound: frozenset):
         if n.op == "pvar":
             if n.attr not in scopes:
@@ -66,23 +62,19 @@ def analyse(rule: RuleDef) -> PatternInfo:
                 scopes[n.attr] = bound
             else:
                 scopes[n.attr] = scopes[n.attr] & bound
-            return
-        if n.op == "runmax":
-            if n.attr not in {v for v, _ in bound}:
-                raise MalformedRule(f"runmax({n.attr}) is not inside a binder of '{n.attr}'")
-            runmax_vars.append(n.attr)
-        inner = bound
-        if n.op in ("reduce", "map"):
-            var, rng = n.attr.var, n.attr.dim
+        elif n.op == "runmax" and n.attr not in {v for v, _ in bound}:
+            raise MalformedRule(f"runmax({n.attr}) is not inside a binder of '{n.attr}'")
+        b = binder_of(n)
+        if b is not None:
             kind = n.attr.combiner if n.op == "reduce" else "map"
-            if (var, rng, kind) not in binders:
-                binders.append((var, rng, kind))
-            range_scopes[rng] = range_scopes.get(rng, bound) & bound
-            inner = frozenset(b for b in bound if b[0] != var) | {(var, rng)}
-        for c in n.args:
-            visit(c, inner)
+            if (b.var, b.dim, kind) not in binders:
+                binders.append((b.var, b.dim, kind))
+            range_scopes[b.dim] = range_scopes.get(b.dim, bound) & bound
 
-    visit(rule.lhs, frozenset())
+    def enter(bound: frozenset, b, n: Expr) -> frozenset:   # an inner binder hides an outer one
+        return frozenset(x for x in bound if x[0] != b.var) | {(b.var, b.dim)}
+
+    walk_scoped([rule.lhs], frozenset(), visit, enter)
     loop_names = {b[0] for b in binders} | {b[1] for b in binders}
     clash = sorted(loop_names & set(pvars))
     if clash:
@@ -113,9 +105,9 @@ def _check_rhs(rule: RuleDef, pvars: set, loop_names: set) -> None:
                                 "pattern does not bind as one")
         if n.op == "runmax" and n.attr not in loop_names:
             raise MalformedRule(f"the right-hand side uses runmax({n.attr}) of no binder")
-        if n.op in ("reduce", "map") and (n.attr.var not in loop_names
-                                          or n.attr.dim not in loop_names):
-            raise MalformedRule(f"the right-hand side binds '{n.attr.var} in {n.attr.dim}', "
+        b = binder_of(n)
+        if b is not None and (b.var not in loop_names or b.dim not in loop_names):
+            raise MalformedRule(f"the right-hand side binds '{b.var} in {b.dim}', "
                                 "which the pattern does not bind as a loop")
 
 
@@ -135,7 +127,7 @@ class TypeSampler:
         self.range_dims = {rng: f"L_{rng}" for _, rng, _ in info.binders}
         dims += [Dim(d, 2, 1, point=True) for d in self.range_dims.values()]
         arrays = [GlobalArray(f"t{k}", t.axes) for k, t in enumerate(CANDIDATE_TYPES)]
-        self.checker = _Lenient(Program("types", tuple(dims), tuple(arrays), (), (), ()))
+        self.checker = LenientTypeChecker(Program("types", tuple(dims), tuple(arrays), (), (), ()))
         self.base = {}
         for var, rng, _ in info.binders:
             self.base[var] = var
@@ -160,7 +152,7 @@ class TypeSampler:
         b.update({v: self._value(v, k) for v, k in assign.items()})
         e = instantiate(node, b)
         self.checks += 1
-        return self.checker.type_of(e, {v: ("?", "?") for v in e.free_vars})
+        return self.checker.type_out_of_context(e)
 
     def _ok(self, assign: dict, newest: str) -> bool:
         for node, vs in self.nodes:

@@ -11,9 +11,9 @@ missing included file, a file that is not text, terms nested too deeply.
 
 from __future__ import annotations
 
+import warnings
 from importlib import resources
 from pathlib import Path
-
 
 from ..errors import SourceError
 from ..ir import expr as E
@@ -21,7 +21,7 @@ from ..ir.combiners import COMBINERS
 from ..ir.grammar import error_at, parse
 from ..ir.parser import TermBuilder
 from .ast import Guard, Phase, RuleDef, RuleSet, SourceLoc
-from .vocabulary import ACTIONS, GUARDS
+from .vocabulary import ACTIONS, DEPRECATED_ACTIONS, GUARDS
 
 
 def shipped_rulesets_dir() -> Path:
@@ -244,6 +244,12 @@ class RuleFileLoader:
         action_tok, *args = body.children
         args = [a for a in args if a is not None]
         action = str(action_tok)
+        if action in DEPRECATED_ACTIONS:
+            new = DEPRECATED_ACTIONS[action]
+            warnings.warn(f"{filename}:{action_tok.line}:{action_tok.column}: action '{action}' "
+                          f"is deprecated, use '{new}'", DeprecationWarning, stacklevel=2)
+            action_tok = action_tok.update(value=new)
+            action = new
         _check_vocabulary(ACTIONS, "action", "action", action_tok, args, text, filename)
         guards = self._guards(guard, text, filename, {"array": {str(a) for a in args}})
         return RuleDef(name, loc, "action", guards, action=action,

@@ -46,9 +46,17 @@ ACTIONS: dict[str, tuple[tuple[str, ...], str]] = {
                              "one multi-output reduction (shared loop)"),
     "hold": ((), "hold a row of output blocks in the local tier: a kernel's parallel loop "
                  "becomes a local map stored with ':'"),
-    "outline_weights": ((), "precompute an expression of weights only (weight "
+    "hold_accumulators": ((), "a sum inside map(d: ...) whose terms depend on d becomes "
+                              "one sum of map arrays outside it (a held row of "
+                              "accumulators), read back with get"),
+    "prepare_weights": ((), "precompute an expression of weights only (weight "
                             "preparation, e.g. a norm gain folded into a weight) in a "
                             "kernel of its own instead of recomputing it"),
-    "hoist_accumulators": ((), "a sum inside map(d: ...) whose terms depend on d becomes "
-                               "one sum of map arrays outside it, read back with get"),
+}
+
+#: Old action names, still accepted in rule files (with a DeprecationWarning): each
+#: action now has the name of the rule that applies it in the shipped rule sets.
+DEPRECATED_ACTIONS: dict[str, str] = {
+    "hoist_accumulators": "hold_accumulators",
+    "outline_weights": "prepare_weights",
 }

@@ -16,7 +16,8 @@ from typing import Iterable, Iterator
 
 import attrs
 
-from .index import Idx, as_idx, free_vars as idx_free_vars
+from .index import Idx, as_idx
+from .walk import free_vars_of
 
 
 @attrs.frozen(cache_hash=True)
@@ -111,7 +112,8 @@ class Expr:
             # Children first, without recursion: expressions can be very deep.
             for node in self.walk():
                 if node._free is None:
-                    object.__setattr__(node, "_free", _compute_free(node))
+                    object.__setattr__(node, "_free",
+                                       free_vars_of(node, (a.free_vars for a in node.args)))
         return self._free
 
     def walk(self) -> Iterator["Expr"]:
@@ -130,27 +132,6 @@ class Expr:
             for child in reversed(node.args):
                 if id(child) not in seen:
                     stack.append((child, False))
-
-
-def _compute_free(e: Expr) -> frozenset[str]:
-    out: set[str] = set()
-    for a in e.args:
-        out |= a.free_vars
-    if e.op == "load":
-        for ix in e.attr.index:
-            out |= idx_free_vars(ix)
-    elif e.op == "pos":
-        out |= idx_free_vars(e.attr.index)
-    elif e.op in ("runmax", "get"):
-        out.add(e.attr)
-    elif e.op == "reduce":
-        out.discard(e.attr.var)
-        for bound in (e.attr.lo, e.attr.hi):
-            if bound is not None:
-                out |= idx_free_vars(bound)
-    elif e.op == "map":
-        out.discard(e.attr.var)
-    return frozenset(out)
 
 
 # ---------------------------------------------------------------------------

@@ -8,10 +8,14 @@ once, as ``let`` bindings before the stores; everything else is printed inline
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from .expr import Expr
-from .index import Idx
-from .program import Kernel, Program, Store
+from .walk import binder_of, walk_scoped
+
+if TYPE_CHECKING:   # annotations only: Expr and Program print themselves through here
+    from .expr import Expr
+    from .index import Idx
+    from .program import Kernel, Program, Store
 
 _LEAVES = ("load", "const", "pos", "runmax")
 
@@ -25,12 +29,13 @@ def format_index(ix: Idx | None) -> str:
     return ":" if ix is None else str(ix)
 
 
-def _format_range(attr) -> str:
-    if attr.lo is None and attr.hi is None:
-        return attr.dim
-    lo = "" if attr.lo is None else str(attr.lo)
-    hi = "" if attr.hi is None else str(attr.hi)
-    return f"{attr.dim}[{lo} : {hi}]"
+def _format_range(b) -> str:
+    """``dim`` or ``dim[lo : hi]`` of a binder (:class:`.walk.Binder`)."""
+    if b.lo is None and b.hi is None:
+        return b.dim
+    lo = "" if b.lo is None else str(b.lo)
+    hi = "" if b.hi is None else str(b.hi)
+    return f"{b.dim}[{lo} : {hi}]"
 
 
 def format_expr(e: Expr, names: dict[Expr, str] | None = None) -> str:
@@ -44,7 +49,7 @@ def format_expr(e: Expr, names: dict[Expr, str] | None = None) -> str:
         hit = memo.get(n)
         if hit is not None:
             return hit
-        op = n.op
+        op, b = n.op, binder_of(n)
         if op == "load":
             text = f"{n.attr.array}[{', '.join(map(str, n.attr.index))}]"
         elif op == "const":
@@ -59,11 +64,10 @@ def format_expr(e: Expr, names: dict[Expr, str] | None = None) -> str:
             text = f"runmax({n.attr})"
         elif op == "proj":
             text = f"{go(n.args[0])}.{n.attr}"
-        elif op == "reduce":
-            bodies = ", ".join(go(b) for b in n.args)
-            text = f"{n.attr.combiner}({n.attr.var} in {_format_range(n.attr)}: {bodies})"
-        elif op == "map":
-            text = f"map({n.attr.var} in {n.attr.dim}: {go(n.args[0])})"
+        elif b is not None:     # combiner(k in R[lo : hi]: ...), map(d in Q: ...)
+            head = n.attr.combiner if op == "reduce" else op
+            bodies = ", ".join(go(a) for a in n.args)
+            text = f"{head}({b.var} in {_format_range(b)}: {bodies})"
         else:
             text = f"{op}({', '.join(go(a) for a in n.args)})"
         memo[n] = text
@@ -76,21 +80,12 @@ def _captured(kernel: Kernel) -> set[Expr]:
     """Nodes that occur somewhere below a binder (reduce/map) of one of their free
     variables: their variables may not mean the kernel's loop variables there."""
     captured: set[Expr] = set()
-    seen: set = set()
 
     def visit(node: Expr, bound: frozenset):
-        key = (node, bound & node.free_vars)
-        if key in seen:
-            return
-        seen.add(key)
         if node.free_vars & bound:
             captured.add(node)
-        inner = bound | {node.attr.var} if node.op in ("reduce", "map") else bound
-        for child in node.args:
-            visit(child, inner)
 
-    for store in kernel.stores:
-        visit(store.value, frozenset())
+    walk_scoped((s.value for s in kernel.stores), frozenset(), visit)
     return captured
 
 

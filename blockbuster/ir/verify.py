@@ -19,6 +19,7 @@ from .index import IVar, Idx, free_vars as idx_free_vars
 from .ops import OPS, OpTypeError, check_arity
 from .program import Kernel, Program
 from .types import SCALAR, ArrayType, BlockType, TupleType
+from .walk import bound_var, find_shadowing
 
 # A scope maps a bound variable to (dimension, rows of its running max or None).
 Scope = Mapping[str, tuple[str, str | None]]
@@ -151,6 +152,19 @@ class TypeChecker:
         return outs[0] if len(outs) == 1 else TupleType(tuple(outs))
 
 
+class LenientTypeChecker(TypeChecker):
+    """Types a sub-expression out of its kernel (a rule pattern's instance, a guard's
+    argument): block indices are not checked against any scope."""
+
+    def _check_index(self, e, ix, dim, scope, where):
+        return None
+
+    def type_out_of_context(self, e: Expr):
+        """The type of ``e`` with each free variable taken as bound, over no known
+        dimension (``IRError`` if ill-typed)."""
+        return self.type_of(e, {v: ("?", "?") for v in e.free_vars})
+
+
 # Rewriting verifies a program after every step, and a step changes one kernel:
 # kernels already verified against the same declarations are not checked again.
 _VERIFIED_KERNELS: set = set()
@@ -276,18 +290,9 @@ def _check_no_shadowing(value: Expr, enclosing: frozenset, loop_vars, where: str
     Shadowing is not ill-typed, but it is never what a program means: in
     ``for n in N, m in M: sum(m in M: dot(X[n, m], W[m, m]))`` the output column ``m``
     silently disappears. Builders and rules generate fresh names instead."""
-    seen: set = set()
-    stack = [(value, enclosing)]
-    while stack:
-        node, bound = stack.pop()
-        if (node, bound) in seen:
-            continue
-        seen.add((node, bound))
-        if node.op in ("reduce", "map"):
-            var = node.attr.var
-            if var in bound:
-                what = "loop variable" if var in loop_vars else "binder"
-                raise IRError(f"{where}: '{var}' in `{_snippet(node)}` shadows the enclosing "
-                              f"{what} '{var}' (give the inner binder a fresh name)")
-            bound = bound | {var}
-        stack.extend((child, bound) for child in node.args if child.args)
+    node = find_shadowing(value, enclosing)
+    if node is not None:
+        var = bound_var(node)
+        what = "loop variable" if var in loop_vars else "binder"
+        raise IRError(f"{where}: '{var}' in `{_snippet(node)}` shadows the enclosing "
+                      f"{what} '{var}' (give the inner binder a fresh name)")

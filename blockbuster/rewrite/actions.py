@@ -4,7 +4,17 @@
                       stores, re-indexed at ``e...`` (store->load elimination);
 ``drop_dead``         a kernel whose intermediate arrays nobody loads is deleted;
 ``merge_reductions``  two reductions over the same range in one kernel become one
-                      multi-output reduction (one loop, shared loads).
+                      multi-output reduction (one loop, shared loads);
+``hold``              a kernel's inner parallel loop becomes a local ``map`` (a row of
+                      output blocks held in the local tier);
+``hold_accumulators`` a sum inside such a map becomes one sum of map arrays (a held
+                      row of accumulators, one pass), read back with ``get``;
+``prepare_weights``   an expression of weights only moves into a kernel of its own,
+                      run once (weight preparation).
+
+The vocabulary (``dsl/vocabulary.py``) names them; each name is also the rule's that
+applies it in the shipped rule sets, except where a rule says more (``inline`` by
+``inline_intermediate``, ...).
 
 Each action enumerates its applications in a deterministic order; the engine
 applies the first one whose guards hold, one application per step.
@@ -16,11 +26,13 @@ from typing import Callable, Iterator
 
 import attrs
 
+from ..dsl.vocabulary import ACTIONS
 from ..ir.combiners import COMBINERS
 from ..ir.expr import BindAttr, Expr, LoadAttr, proj
 from ..ir.index import IVar, free_vars as index_vars
 from ..ir.program import Kernel, Program
-from .subst import replace_nodes, substitute_index
+from ..ir.walk import binder_of, walk_scoped
+from .subst import replace_in_kernel, replace_nodes, substitute_index
 
 
 @attrs.frozen
@@ -32,12 +44,6 @@ class Application:
     after: Expr | None
     bindings: dict
     build: Callable[[], Program]
-
-
-def _replace_in_kernel(program: Program, kernel: Kernel, mapping: dict) -> Program:
-    stores = tuple(attrs.evolve(s, value=replace_nodes(s.value, mapping)) for s in kernel.stores)
-    new = attrs.evolve(kernel, stores=stores)
-    return program.evolve(kernels=tuple(new if k is kernel else k for k in program.kernels))
 
 
 # --- inline ---------------------------------------------------------------------
@@ -53,7 +59,7 @@ def producer_value_at(program: Program, load: Expr) -> Expr:
     value = store.value
     for sub, ix in zip(store.index, load.attr.index):
         if sub is None:                  # ':' -> pick the map element
-            mapping[value.attr.var] = ix
+            mapping[binder_of(value).var] = ix
             value = value.args[0]
         else:
             mapping[sub.name] = ix
@@ -88,7 +94,7 @@ def find_inline(program: Program) -> Iterator[Application]:
 
 def _inline_application(program, kernel, load) -> Application:
     def build():
-        return _replace_in_kernel(program, kernel, {load: producer_value_at(program, load)})
+        return replace_in_kernel(program, kernel, {load: producer_value_at(program, load)})
     return Application(kernel.name, load, None, {"X": load.attr.array}, build)
 
 
@@ -99,14 +105,14 @@ def inline_everywhere(program: Program, array: str) -> Program:
                  if n.op == "load" and n.attr.array == array}
         if loads:
             current = next(k for k in program.kernels if k.name == kernel.name)
-            program = _replace_in_kernel(program, current,
+            program = replace_in_kernel(program, current,
                                          {n: producer_value_at(program, n) for n in loads})
     return program
 
 
 # --- drop_dead ------------------------------------------------------------------
 
-def find_dead(program: Program) -> Iterator[Application]:
+def find_drop_dead(program: Program) -> Iterator[Application]:
     read = set().union(*(k.reads() for k in program.kernels)) if program.kernels else set()
     keep = set(program.outputs) | read
     for kernel in program.kernels:
@@ -126,24 +132,15 @@ def find_dead(program: Program) -> Iterator[Application]:
 def _occurrence_scopes(kernel: Kernel) -> dict[Expr, set]:
     """For each node, the scopes (var -> binding site) it occurs in."""
     scopes: dict[Expr, set] = {}
-    seen: set = set()
-    base = tuple((v, "kernel") for v in kernel.loop_vars)
 
     def visit(n: Expr, scope: tuple):
-        key = (n, scope)
-        if key in seen:
-            return
-        seen.add(key)
         scopes.setdefault(n, set()).add(scope)
-        if n.op in ("reduce", "map"):
-            inner = tuple((v, b) for v, b in scope if v != n.attr.var) + ((n.attr.var, id(n)),)
-        else:
-            inner = scope
-        for c in n.args:
-            visit(c, inner)
 
-    for s in kernel.stores:
-        visit(s.value, base)
+    def enter(scope: tuple, binder, n: Expr) -> tuple:   # an inner binder hides an outer one
+        return tuple((v, b) for v, b in scope if v != binder.var) + ((binder.var, id(n)),)
+
+    walk_scoped((s.value for s in kernel.stores),
+                tuple((v, "kernel") for v in kernel.loop_vars), visit, enter)
     return scopes
 
 
@@ -198,12 +195,8 @@ def find_merge_reductions(program: Program) -> Iterator[Application]:
                     yield app
 
 
-def _same_range(a: Expr, b: Expr) -> bool:
-    return (a.attr.var, a.attr.dim, a.attr.lo, a.attr.hi) == (b.attr.var, b.attr.dim, b.attr.lo, b.attr.hi)
-
-
 def _merge_application(program, kernel, a, b, scopes):
-    if not _same_range(a, b):
+    if binder_of(a) != binder_of(b):     # the same variable over the same range
         return None
     if a in set(b.walk()) or b in set(a.walk()):
         return None                      # one feeds the other: not siblings
@@ -223,7 +216,7 @@ def _merge_application(program, kernel, a, b, scopes):
         mapping = {k: v for k, v in mapping.items() if k is not new}
 
     def build():
-        return _replace_in_kernel(program, kernel, mapping)
+        return replace_in_kernel(program, kernel, mapping)
     return Application(kernel.name, a, new, {}, build)
 
 
@@ -263,9 +256,9 @@ def _hold_application(program, kernel, var, dim) -> Application:
     return Application(kernel.name, None, None, {"loop": var}, build)
 
 
-# --- hoist_accumulators -------------------------------------------------------------
+# --- hold_accumulators --------------------------------------------------------------
 
-def find_hoist(program: Program) -> Iterator[Application]:
+def find_hold_accumulators(program: Program) -> Iterator[Application]:
     """Reductions inside a ``map(d in Q: ...)`` that depend on ``d`` only through
     their summed terms: they become one reduction over map arrays (a held row of
     accumulators, one pass), read back with ``get`` inside the map."""
@@ -273,32 +266,26 @@ def find_hoist(program: Program) -> Iterator[Application]:
         maps = list(dict.fromkeys(n for s in kernel.stores for n in s.value.walk()
                                   if n.op == "map"))
         for m in maps:
-            for r in _hoistable(m):
+            for r in _held_reductions(m):
                 yield Application(kernel.name, r, None, {},
-                                  lambda kernel=kernel, m=m, r=r: _hoist(program, kernel, m, r))
+                                  lambda kernel=kernel, m=m, r=r: _hold_accumulators(program, kernel, m, r))
 
 
-def _hoistable(m: Expr) -> list[Expr]:
-    d = m.attr.var
+def _held_reductions(m: Expr) -> list[Expr]:
+    d = binder_of(m).var
     found: list[Expr] = []
-    seen: set = set()
 
     def visit(n: Expr, bound: frozenset):
-        if (n, bound) in seen:
-            return
-        seen.add((n, bound))
-        if n.op == "reduce" and n is not m.args[0] and _can_hoist(n, d, bound):
+        if n.op == "reduce" and n is not m.args[0] and _can_hold(n, d, bound):
             found.append(n)
-            return
-        inner = bound | {n.attr.var} if n.op in ("reduce", "map") else bound
-        for c in n.args:
-            visit(c, inner)
+            return False                 # held whole: nothing inside it on its own
+        return None
 
-    visit(m.args[0], frozenset())
+    walk_scoped([m.args[0]], frozenset(), visit)
     return list(dict.fromkeys(found))
 
 
-def _can_hoist(r: Expr, d: str, bound_between: frozenset) -> bool:
+def _can_hold(r: Expr, d: str, bound_between: frozenset) -> bool:
     comb = COMBINERS[r.attr.combiner]
     if comb.passenger != "sum" or d not in r.free_vars or r.free_vars & bound_between:
         return False
@@ -307,8 +294,8 @@ def _can_hoist(r: Expr, d: str, bound_between: frozenset) -> bool:
     return all(d not in h.free_vars for h in r.args[: comb.head])
 
 
-def _hoist(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
-    d, dim = m.attr.var, m.attr.dim
+def _hold_accumulators(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
+    d, dim = binder_of(m)[:2]
     comb = COMBINERS[r.attr.combiner]
     head, passengers = r.args[: comb.head], r.args[comb.head:]
     held = [d in p.free_vars for p in passengers]
@@ -323,15 +310,15 @@ def _hoist(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Program:
             out = proj(new_r, i)
             mapping[proj(r, i)] = Expr("get", (out,), d) if k >= 0 and held[k] else out
     new_m = Expr("map", (replace_nodes(m.args[0], mapping),), m.attr)
-    return _replace_in_kernel(program, kernel, {m: new_m})
+    return replace_in_kernel(program, kernel, {m: new_m})
 
 
-# --- outline_inputs (weight preparation) -------------------------------------------
+# --- prepare_weights (weight preparation) ------------------------------------------
 
-_NOT_OUTLINED = ("reduce", "map", "get", "runmax", "pos", "proj", "pvar")
+_NOT_PREPARED = ("reduce", "map", "get", "runmax", "pos", "proj", "pvar")
 
 
-def find_outline(program: Program) -> Iterator[Application]:
+def find_prepare_weights(program: Program) -> Iterator[Application]:
     """Expressions of weights only (e.g. ``rowscale(gamma[k], W[k, n])``, a weight
     with its norm gain folded in) that a kernel recomputes: each may be precomputed
     once into an array of its own by a kernel of its own (weight preparation)."""
@@ -343,18 +330,18 @@ def find_outline(program: Program) -> Iterator[Application]:
                 if node in seen or node.op in ("load", "const"):
                     continue
                 seen.add(node)
-                layout = _outline_layout(program, node, inputs)
+                layout = _prep_layout(program, node, inputs)
                 if layout is not None:
                     yield Application(kernel.name, node, None, {},
-                                      lambda k=kernel, n=node, l=layout: _outline(program, k, n, l))
+                                      lambda k=kernel, n=node, l=layout: _prepare(program, k, n, l))
 
 
-def _outline_layout(program: Program, node: Expr, inputs: set) -> list | None:
+def _prep_layout(program: Program, node: Expr, inputs: set) -> list | None:
     """[(var, dim)] for the array the value of ``node`` can be stored in, or None."""
     from ..ir.verify import TypeChecker
     var_dim: dict[str, str] = {}
     for n in node.walk():
-        if n.op in _NOT_OUTLINED:
+        if n.op in _NOT_PREPARED:
             return None
         if n.op == "load":
             if n.attr.array not in inputs:
@@ -378,7 +365,7 @@ def _outline_layout(program: Program, node: Expr, inputs: set) -> list | None:
     return [(by_dim[a], a) for a in axes]
 
 
-def _outline(program: Program, kernel: Kernel, node: Expr, layout: list) -> Program:
+def _prepare(program: Program, kernel: Kernel, node: Expr, layout: list) -> Program:
     from ..ir.program import Store
     from ..ir.types import GlobalArray
     taken = {a.name for a in program.arrays} | {k.name for k in program.kernels}
@@ -388,16 +375,18 @@ def _outline(program: Program, kernel: Kernel, node: Expr, layout: list) -> Prog
     name = f"prep{n}"
     prep = Kernel(name, tuple(layout), (Store(name, tuple(IVar(v) for v, _ in layout), node),))
     load = Expr("load", (), LoadAttr(name, tuple(IVar(v) for v, _ in layout)))
-    replaced = _replace_in_kernel(program, kernel, {node: load})
+    replaced = replace_in_kernel(program, kernel, {node: load})
     return replaced.evolve(kernels=(prep,) + replaced.kernels,
                            arrays=replaced.arrays + (GlobalArray(name, tuple(d for _, d in layout)),))
 
 
 ACTION_IMPLS: dict[str, Callable[[Program], Iterator[Application]]] = {
-    "outline_weights": find_outline,
-    "hoist_accumulators": find_hoist,
+    "prepare_weights": find_prepare_weights,
+    "hold_accumulators": find_hold_accumulators,
     "hold": find_hold,
     "inline": find_inline,
-    "drop_dead": find_dead,
+    "drop_dead": find_drop_dead,
     "merge_reductions": find_merge_reductions,
 }
+
+assert set(ACTION_IMPLS) == set(ACTIONS), "every action in the vocabulary is implemented"

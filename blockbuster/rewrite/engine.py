@@ -27,8 +27,8 @@ from ..ir.depth import MAX_DEPTH
 from ..ir.expr import Expr
 from ..ir.program import Program
 from ..ir.verify import verify
-from .actions import ACTION_IMPLS, _replace_in_kernel
-from .subst import unshadow_program
+from .actions import ACTION_IMPLS
+from .subst import replace_in_kernel, unshadow_program
 from .guards import RuleContext, guards_hold
 from .matcher import compile_pattern, instantiate
 
@@ -267,7 +267,7 @@ class Engine:
                 found = self._first_rewrite(program, index)
                 if found is not None:
                     rule, kernel, before, after = found
-                    new_program = _replace_in_kernel(program, kernel, {before: after})
+                    new_program = replace_in_kernel(program, kernel, {before: after})
                     kernel_name = kernel.name
                 else:
                     found = self._first_action(program, actions)

@@ -17,14 +17,8 @@ from ..ir.expr import Expr
 from ..ir.index import free_vars as index_vars
 from ..ir.program import Kernel, Program
 from ..ir.types import BlockType
-from ..ir.verify import TypeChecker
-
-
-class _LenientChecker(TypeChecker):
-    """Types a sub-expression out of context: variables are assumed bound."""
-
-    def _check_index(self, e, ix, dim, scope, where):
-        return None
+from ..ir.verify import LenientTypeChecker
+from ..ir.walk import walk_scoped
 
 
 @attrs.define
@@ -39,14 +33,13 @@ class RuleContext:
     hardware: Hardware | None = attrs.field(kw_only=True)
     candidate: Callable[[], Program] | None = None   # an action's result, built lazily
     run_phase: Callable[[Program, str], Program] | None = None   # lookahead (engine)
-    _checker: TypeChecker | None = None
+    _checker: LenientTypeChecker | None = None
 
     def type_of(self, e: Expr):
         if self._checker is None:
-            self._checker = _LenientChecker(self.program)
-        scope = {v: ("?", "?") for v in e.free_vars}
+            self._checker = LenientTypeChecker(self.program)
         try:
-            return self._checker.type_of(e, scope)
+            return self._checker.type_out_of_context(e)
         except Exception:
             return None
 
@@ -57,23 +50,17 @@ def _rank(ctx, e, r):
 
 
 def _loads_of(program: Program, array: str):
-    """(kernel, load node, loop vars enclosing the load) for every load of ``array``."""
+    """(kernel, load node, loops (var, dim) enclosing the load) for every load of
+    ``array``: the kernel's loops, then its binders, outermost first."""
+    found = []
     for k in program.kernels:
-        seen = set()
-
-        def visit(n: Expr, bound: tuple):
-            key = (n, bound)
-            if key in seen:
-                return
-            seen.add(key)
+        def visit(n: Expr, loops: tuple, k=k):
             if n.op == "load" and n.attr.array == array:
-                yield k, n, bound
-            inner = bound + ((n.attr.var, n.attr.dim),) if n.op in ("reduce", "map") else bound
-            for c in n.args:
-                yield from visit(c, inner)
+                found.append((k, n, loops))
 
-        for s in k.stores:
-            yield from visit(s.value, tuple(k.loops))
+        walk_scoped((s.value for s in k.stores), tuple(k.loops), visit,
+                    lambda loops, binder, n: loops + ((binder.var, binder.dim),))
+    return found
 
 
 def same_index(ctx: RuleContext, array: str) -> bool:

@@ -14,7 +14,8 @@ from typing import Callable
 
 import attrs
 
-from ..ir.expr import Expr, ReduceAttr
+from ..ir.expr import Expr
+from ..ir.walk import binder_of, with_args
 
 Bindings = dict
 Matcher = Callable[[Expr, Bindings], bool]
@@ -40,27 +41,21 @@ def compile_pattern(p: Expr) -> Matcher:
     children = [compile_pattern(a) for a in p.args]
     arity = len(children)
 
-    if op == "reduce":
-        pa = p.attr
-        comb, var, rng = pa.combiner, pa.var, pa.dim
+    binder = binder_of(p)
+    if binder is not None:
+        # ``k in R``: the loop variable k binds the node's variable, the range R its
+        # (dimension, lo, hi); a reduction's combiner must match too.
+        var, rng = binder.var, binder.dim
+        comb = p.attr.combiner if op == "reduce" else None
 
-        def match_reduce(n, b):
-            if n.op != "reduce" or len(n.args) != arity or n.attr.combiner != comb:
+        def match_binder(n, b):
+            if n.op != op or len(n.args) != arity or (comb is not None and n.attr.combiner != comb):
                 return False
-            a = n.attr
-            if not (_bind(b, var, a.var) and _bind(b, rng, (a.dim, a.lo, a.hi))):
+            nb = binder_of(n)
+            if not (_bind(b, var, nb.var) and _bind(b, rng, (nb.dim, nb.lo, nb.hi))):
                 return False
             return all(m(c, b) for m, c in zip(children, n.args))
-        return match_reduce
-
-    if op == "map":
-        var, rng = p.attr.var, p.attr.dim
-
-        def match_map(n, b):
-            if n.op != "map" or not (_bind(b, var, n.attr.var) and _bind(b, rng, (n.attr.dim, None, None))):
-                return False
-            return children[0](n.args[0], b)
-        return match_map
+        return match_binder
 
     attr = p.attr   # const value, proj index, or None
 
@@ -86,21 +81,25 @@ def instantiate(template: Expr, b: Bindings) -> Expr:
             out = b[t.attr]
         elif t.op == "runmax":
             out = Expr("runmax", (), b[t.attr])
-        elif t.op == "reduce":
-            dim, lo, hi = b[t.attr.dim]
-            if t.attr.lo is not None or t.attr.hi is not None:
-                # ``k in R[: c]``: constant bounds of a whole range (guard ``whole(R)``)
-                if lo is not None or hi is not None:
-                    raise ValueError(f"sub-range of {t.attr.dim}, which is not a whole range")
-                lo, hi = t.attr.lo, t.attr.hi
-            out = Expr("reduce", tuple(go(a) for a in t.args),
-                       ReduceAttr(t.attr.combiner, b[t.attr.var], dim, lo, hi))
-        elif t.op == "map":
-            dim, _, _ = b[t.attr.dim]
-            out = Expr("map", (go(t.args[0]),), attrs.evolve(t.attr, var=b[t.attr.var], dim=dim))
+        elif binder_of(t) is not None:
+            out = Expr(t.op, tuple(go(a) for a in t.args), _binder_attr(t, b))
         else:
-            out = Expr(t.op, tuple(go(a) for a in t.args), t.attr)
+            out = with_args(t, tuple(go(a) for a in t.args))
         memo[t] = out
         return out
 
     return go(template)
+
+
+def _binder_attr(t: Expr, b: Bindings):
+    """The attribute of template binder ``t`` with its loop variable and range bound."""
+    tb = binder_of(t)
+    dim, lo, hi = b[tb.dim]
+    if t.op == "map":
+        return attrs.evolve(t.attr, var=b[tb.var], dim=dim)
+    if tb.lo is not None or tb.hi is not None:
+        # ``k in R[: c]``: constant bounds of a whole range (guard ``whole(R)``)
+        if lo is not None or hi is not None:
+            raise ValueError(f"sub-range of {tb.dim}, which is not a whole range")
+        lo, hi = tb.lo, tb.hi
+    return attrs.evolve(t.attr, var=b[tb.var], dim=dim, lo=lo, hi=hi)

@@ -12,16 +12,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..ir.expr import Expr, LoadAttr, PosAttr
-from ..ir.index import Idx, IVar, free_vars as idx_free_vars, substitute as idx_subst
 import attrs
 
-
-def _fresh(base: str, avoid: set[str]) -> str:
-    n = 1
-    while f"{base}{n}" in avoid:
-        n += 1
-    return f"{base}{n}"
+from ..ir.expr import Expr
+from ..ir.index import Idx, IVar, free_vars as idx_free_vars
+from ..ir.walk import binders_in, bound_var, fresh_name, map_expr, rebind, reindex, with_args
 
 
 def substitute_index(e: Expr, mapping: Mapping[str, Idx]) -> Expr:
@@ -36,37 +31,17 @@ def substitute_index(e: Expr, mapping: Mapping[str, Idx]) -> Expr:
         hit = memo.get(key)
         if hit is not None:
             return hit
-        op, attr = n.op, n.attr
-        if op == "load":
-            out = Expr("load", (), LoadAttr(attr.array,
-                                            tuple(idx_subst(i, live) for i in attr.index)))
-        elif op == "pos":
-            out = Expr("pos", (), PosAttr(attr.dim, idx_subst(attr.index, live)))
-        elif op == "runmax":
-            target = live[attr]
-            if not isinstance(target, IVar):
-                raise ValueError(f"runmax({attr}) cannot be re-indexed by {target}")
-            out = Expr("runmax", (), target.name)
-        elif op == "get":
-            target = live.get(attr, IVar(attr))
-            if not isinstance(target, IVar):
-                raise ValueError(f"get(.., {attr}) cannot be re-indexed by {target}")
-            out = Expr("get", (go(n.args[0], live),), target.name)
-        elif op in ("reduce", "map"):
-            var = attr.var
+        node = reindex(n, live)          # what n reads itself, in the scope around it
+        var = bound_var(n)
+        inner = live
+        if var is not None:
             inner = {v: ix for v, ix in live.items() if v != var}
-            if op == "reduce":
-                bounds = {f: (None if getattr(attr, f) is None
-                              else idx_subst(getattr(attr, f), live)) for f in ("lo", "hi")}
-                attr = attrs.evolve(attr, **bounds)
             captured = set().union(*(idx_free_vars(ix) for ix in inner.values())) if inner else set()
-            if var in captured:
-                new_var = _fresh(var, captured | set(n.free_vars) | {var})
+            if var in captured:          # rename the binder: the replacement uses its name
+                new_var = fresh_name(var, captured | set(n.free_vars) | {var})
                 inner[var] = IVar(new_var)
-                attr = attrs.evolve(attr, var=new_var)
-            out = Expr(op, tuple(go(a, inner) for a in n.args), attr)
-        else:
-            out = Expr(op, tuple(go(a, live) for a in n.args), attr)
+                node = rebind(node, new_var)
+        out = with_args(node, tuple(go(a, inner) for a in n.args))
         memo[key] = out
         return out
 
@@ -75,22 +50,14 @@ def substitute_index(e: Expr, mapping: Mapping[str, Idx]) -> Expr:
 
 def replace_nodes(root: Expr, mapping: Mapping[Expr, Expr]) -> Expr:
     """``root`` with every occurrence of each key node replaced by its value."""
-    memo: dict[Expr, Expr] = {}
-
-    def go(n: Expr) -> Expr:
-        if n in mapping:
-            return mapping[n]
-        hit = memo.get(n)
-        if hit is not None:
-            return hit
-        args = tuple(go(a) for a in n.args)
-        out = n if all(a is b for a, b in zip(args, n.args)) else Expr(n.op, args, n.attr)
-        memo[n] = out
-        return out
-
-    return go(root)
+    return map_expr(root, mapping.get)
 
 
+def replace_in_kernel(program, kernel, mapping: Mapping[Expr, Expr]):
+    """``program`` with ``replace_nodes`` applied to every store of ``kernel``."""
+    stores = tuple(attrs.evolve(s, value=replace_nodes(s.value, mapping)) for s in kernel.stores)
+    new = attrs.evolve(kernel, stores=stores)
+    return program.evolve(kernels=tuple(new if k is kernel else k for k in program.kernels))
 
 
 def unshadow(e: Expr, bound: frozenset[str]) -> Expr:
@@ -105,29 +72,19 @@ def unshadow(e: Expr, bound: frozenset[str]) -> Expr:
         hit = memo.get(key)
         if hit is not None:
             return hit
-        attr, args = n.attr, n.args
-        if n.op in ("reduce", "map"):
-            var = attr.var
-            if var in outer:
-                new_var = _fresh(var.rstrip("0123456789") or var,
-                                 set(outer) | _binders(n) | set(n.free_vars))
-                args = tuple(substitute_index(a, {var: IVar(new_var)}) for a in args)
-                attr = attrs.evolve(attr, var=new_var)
-                var = new_var
-            inner = outer | {var}
-        else:
-            inner = outer
-        new_args = tuple(go(a, inner) for a in args)
-        out = (n if new_args == n.args and attr is n.attr
-               else Expr(n.op, new_args, attr))
+        node, var = n, bound_var(n)
+        if var is not None and var in outer:
+            new_var = fresh_name(var.rstrip("0123456789") or var,
+                                 set(outer) | binders_in(n) | set(n.free_vars))
+            node = rebind(n, new_var).replace(
+                args=tuple(substitute_index(a, {var: IVar(new_var)}) for a in n.args))
+            var = new_var
+        inner = outer if var is None else outer | {var}
+        out = with_args(node, tuple(go(a, inner) for a in node.args))
         memo[key] = out
         return out
 
     return go(e, frozenset(bound))
-
-
-def _binders(e: Expr) -> set[str]:
-    return {n.attr.var for n in e.walk() if n.op in ("reduce", "map")}
 
 
 def unshadow_program(program):

@@ -13,6 +13,7 @@ import attrs
 from ..ir.expr import Expr, LoadAttr
 from ..ir.program import Kernel, Program
 from ..ir.types import GlobalArray
+from ..ir.walk import map_expr
 
 
 def segment_program(program: Program, start: int, stop: int) -> Program:
@@ -58,19 +59,15 @@ def connected(program: Program, start: int, stop: int) -> bool:
 
 def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) -> Program:
     """The same program with arrays and kernels renamed."""
+    def load(n: Expr) -> Expr | None:
+        if n.op != "load":
+            return None
+        return Expr("load", (), LoadAttr(arrays.get(n.attr.array, n.attr.array), n.attr.index))
+
     memo: dict[Expr, Expr] = {}
 
     def go(n: Expr) -> Expr:
-        hit = memo.get(n)
-        if hit is None:
-            if n.op == "load":
-                hit = Expr("load", (), LoadAttr(arrays.get(n.attr.array, n.attr.array),
-                                                n.attr.index))
-            else:
-                args = tuple(go(a) for a in n.args)
-                hit = n if args == n.args else Expr(n.op, args, n.attr)
-            memo[n] = hit
-        return hit
+        return map_expr(n, load, memo)
 
     def kernel(k: Kernel) -> Kernel:
         stores = tuple(attrs.evolve(s, array=arrays.get(s.array, s.array), value=go(s.value))

@@ -177,7 +177,16 @@ def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
     """Fuse ``program``: whole when it is small enough to be one candidate, else by
     candidate selection. Never worse than the program it started from: when the
     whole-program fusion costs more (e.g. a producer inlined into several consumers
-    recomputes it), selection keeps only the pieces whose fusion pays."""
+    recomputes it), selection keeps only the pieces whose fusion pays. The fused
+    program keeps ``program.params`` (an imported model's parameter values)."""
+    result = _fuse_program(program, rules, limits, hardware, step_check, max_kernels,
+                           progress)
+    if program.params is not None:
+        result = attrs.evolve(result, program=result.program.evolve(params=program.params))
+    return result
+
+
+def _fuse_program(program, rules, limits, hardware, step_check, max_kernels, progress):
     if len(program.kernels) <= max_kernels or step_check is not None:
         budget = Budget(limits or Limits())     # shared: limits bound the whole fusion
         whole = Engine(rules, limits, hardware=hardware, step_check=step_check,

@@ -7,14 +7,8 @@ import pytest
 from blockbuster.dsl.loader import default_rules, load_rules_text
 from blockbuster.frontend.workloads import workload
 
-try:    # the quality tools move from rewrite/ to checks/ (issue 10); the API stays
-    from blockbuster.checks.soundness import check_rule
-except ImportError:
-    from blockbuster.rewrite.soundness import check_rule
-try:
-    from blockbuster.checks.ablation import outcome
-except ImportError:
-    from blockbuster.rewrite.ablation import outcome
+from blockbuster.checks.ablation import outcome
+from blockbuster.checks.soundness import check_rule
 
 
 @pytest.mark.parametrize("rhs, sound", [

@@ -84,3 +84,31 @@ def test_default_rules_load():
     rs = default_rules()
     assert "inline_intermediate" in rs.rules
     assert rs.schedule[0] == "fuse"
+
+
+def test_deprecated_action_names_still_load_as_the_new_ones():
+    with pytest.warns(DeprecationWarning) as record:
+        rs = load_rules_text("rule a: apply hoist_accumulators()\n"
+                             "rule b: apply outline_weights() if cheaper()\n", "old.bbr")
+    assert [str(w.message) for w in record] == [
+        "old.bbr:1:15: action 'hoist_accumulators' is deprecated, use 'hold_accumulators'",
+        "old.bbr:2:15: action 'outline_weights' is deprecated, use 'prepare_weights'"]
+    assert rs.rules["a"].action == "hold_accumulators"
+    assert rs.rules["b"].action == "prepare_weights"
+    with pytest.warns(DeprecationWarning), \
+            pytest.raises(SourceError, match="'prepare_weights' takes 0 arguments"):
+        load_rules_text("rule a: apply outline_weights(X)\n")
+
+
+@pytest.mark.parametrize("path", ["default.bbr", "paper.bbr"])
+def test_shipped_rules_name_the_action_they_apply(path):
+    """A rule that applies an action says so in its name (``merge_sibling_reductions``
+    applies ``merge_reductions``): every word of the action is a word of the rule."""
+    from blockbuster.dsl.loader import shipped_rulesets_dir
+    from blockbuster.dsl.vocabulary import ACTIONS
+    rs = load_rules(shipped_rulesets_dir() / path)
+    applied = {r.action for r in rs.rules.values() if r.kind == "action"}
+    assert applied == set(ACTIONS)              # the shipped sets use every action
+    for rule in rs.rules.values():
+        if rule.kind == "action":
+            assert set(rule.action.split("_")) <= set(rule.name.split("_")), rule.name

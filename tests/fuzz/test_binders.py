@@ -16,7 +16,7 @@ import blockbuster as bb
 from blockbuster.errors import IRError
 from blockbuster.frontend.builder import GraphBuilder
 from blockbuster.ir.verify import verify
-from blockbuster.rewrite.actions import find_hoist, find_hold, find_inline
+from blockbuster.rewrite.actions import find_hold, find_hold_accumulators, find_inline
 from blockbuster.rewrite.subst import unshadow_program
 
 # (rows, width, block): ragged (10 rows, 7 columns in blocks of 4) and whole blocks.
@@ -188,9 +188,9 @@ def test_inline_is_capture_avoiding_and_the_result_is_unshadowed(consumer_loops)
             verify(inlined)
 
 
-def test_fusion_steps_with_hold_and_hoist_keep_every_number(backend):
+def test_fusion_steps_with_held_rows_and_accumulators_keep_every_number(backend):
     """A SwiGLU block with square weights fused with a reference re-run after every
-    step (``verify_steps``): a capturing inline/hold/hoist would change the outputs."""
+    step (``verify_steps``): a capturing inline/hold/hold_accumulators would change the outputs."""
     g = GraphBuilder("ffn")
     g.dim("M", 6, 4)
     g.dim("E", 10, 4)
@@ -214,10 +214,10 @@ def test_fusion_steps_with_hold_and_hoist_keep_every_number(backend):
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
 
 
-def test_hoisting_accumulators_out_of_a_held_row_keeps_every_number():
-    """``hoist_accumulators`` nests ``map(e ...)`` inside the held ``map(e ...)`` (a
+def test_holding_accumulators_of_a_held_row_keeps_every_number():
+    """``hold_accumulators`` nests ``map(e ...)`` inside the held ``map(e ...)`` (a
     legal shadow while rewriting): every application, unshadowed, computes the same."""
-    g = GraphBuilder("hoist")
+    g = GraphBuilder("held_accumulators")
     g.dim("M", 5, 4)
     g.dim("E", 10, 4)
     x = g.input("X", "M", "E")
@@ -232,7 +232,7 @@ def test_hoisting_accumulators_out_of_a_held_row_keeps_every_number():
     tried = 0
     for state in held:
         want = bb.compile(state, "reference")(**ins)[y.name]
-        for app in find_hoist(state):
+        for app in find_hold_accumulators(state):
             after = verify(unshadow_program(verify(app.build(), allow_shadowing=True)))
             got = bb.compile(after, "reference")(**ins)[y.name]
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
