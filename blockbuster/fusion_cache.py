@@ -22,11 +22,18 @@ def cache_dir() -> Path:
     return base / "fusion"
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("blockbuster")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _key(program, rules, hardware) -> str:
-    from . import __version__
     from .ir.printer import format_program
     h = hashlib.sha256()
-    h.update(__version__.encode())
+    h.update(_version().encode())
     h.update(format_program(program).encode())
     for f in sorted(set(rules.files)):
         if Path(f).is_file():
@@ -40,8 +47,9 @@ def _key(program, rules, hardware) -> str:
 def cached_fuse(program, rules=None, hardware=None):
     """``blockbuster.fuse(program, rules, hardware=...).program``, from the cache when
     this exact fusion ran before (in any process)."""
-    import blockbuster as bb
     from .ir.parser import parse_program
+    from .ir.printer import format_program
+    from .select.selection import fuse_program
     if rules is None:
         from .dsl.loader import default_rules
         rules = default_rules()
@@ -51,11 +59,14 @@ def cached_fuse(program, rules=None, hardware=None):
         return attrs.evolve(fused, params=program.params)
     except Exception:
         pass
-    fused = bb.fuse(program, rules, hardware=hardware).program
+    if hardware is None:
+        from .cost.hardware import DEFAULT_HARDWARE
+        hardware = DEFAULT_HARDWARE
+    fused = fuse_program(program, rules, hardware=hardware).program
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(bb.format_program(fused))
+        tmp.write_text(format_program(fused))
         os.replace(tmp, path)                 # atomic: readers never see half a file
     except OSError:
         pass

@@ -60,10 +60,10 @@ def load_subject(target: str, sizes: dict | None = None, blocks: dict | None = N
 # --- built-in workloads ------------------------------------------------------------------
 
 def _workload_subject(name: str, sizes: dict, blocks: dict) -> Subject:
-    import blockbuster
+    from .frontend.workloads import workload
     from .oracles import oracle
     from .validate import random_inputs
-    program = blockbuster.workload(name, blocks=blocks, **sizes)
+    program = workload(name, blocks=blocks, **sizes)
     return Subject(name, "workload", program, lambda p, seed: random_inputs(p, seed=seed),
                    lambda inputs: oracle(name, inputs))
 

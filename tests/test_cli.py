@@ -87,13 +87,15 @@ def test_validation_failure_exits_1(monkeypatch, capsys):
 def test_non_finite_outputs_still_give_strict_json(monkeypatch, capsys):
     monkeypatch.setitem(oracles.ORACLES, "attention",
                         lambda Q, K, V: {"O": np.zeros((Q.shape[0], V.shape[1]))})
-    real_compile = blockbuster.compile
+    from blockbuster.backends.base import Backend
+    real_compile = Backend.compile
 
-    def nan_compile(program, backend="reference"):
-        run = real_compile(program, backend)
+    def nan_compile(self, program, **options):
+        run = real_compile(self, program, **options)
         return lambda **arrays: {k: v * np.nan for k, v in run(**arrays).items()}
-    monkeypatch.setattr(blockbuster, "compile", nan_compile)
-    assert cli.main(["run", "attention", "--size", "N=10", "--size", "D=4", "--json"]) == 1
+    monkeypatch.setattr(Backend, "compile", nan_compile)
+    assert cli.main(["run", "attention", "--size", "N=10", "--size", "D=4", "--json",
+                     "--backend", "reference"]) == 1
     report = json.loads(capsys.readouterr().out)   # no bare NaN/Infinity tokens
     assert report["validation"]["max_abs_error"] is None
 
@@ -133,7 +135,8 @@ def test_argparse_usage_errors_exit_2(args):
 def test_source_error_prints_its_excerpt(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise SourceError("unexpected ')'", "rules.bbr", 3, 7, "rule x: f(a))")
-    monkeypatch.setattr(blockbuster, "workload", broken)
+    import blockbuster.frontend.workloads as workloads
+    monkeypatch.setattr(workloads, "workload", broken)
     assert cli.main(["show", "attention"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == ["rules.bbr:3:7: unexpected ')'", "    rule x: f(a))", "          ^"]

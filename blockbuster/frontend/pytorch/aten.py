@@ -13,6 +13,7 @@ import math
 from ...ir import expr as E
 from . import values as V
 from .dims import ImportError_
+from .kernels import softmax
 from .values import Value, scalar
 
 HANDLERS: dict = {}
@@ -151,26 +152,14 @@ def _amax(low, node, x, dims=(), keepdim=False):
     return low.k.reduce("max", x, _one_axis(x, dims, "amax"), node.name, keepdim)
 
 
-def softmax(low, x: Value, axis: int, what: str, log: bool = False, hi_of=None) -> Value:
-    """max, shift, exp, sum, normalise: the kernels of the builder's softmax."""
-    k = low.k
-    m = k.reduce("max", x, axis, what, keepdim=True, hi_of=hi_of)
-    shifted = k.elementwise("sub", [x, m], what)
-    e = k.elementwise("exp", [shifted], what)
-    s = k.reduce("sum", e, axis, what, keepdim=True, hi_of=hi_of)
-    if log:
-        return k.elementwise("sub", [shifted, k.elementwise("log", [s], what)], what)
-    return k.elementwise("div", [e, s], what)
-
-
 @handles("_softmax.default", "softmax.int")
 def _softmax(low, node, x, dim, *rest):
-    return softmax(low, x, dim % x.rank, node.name)
+    return softmax(low.k, x, dim % x.rank, node.name)
 
 
 @handles("_log_softmax.default", "log_softmax.int")
 def _log_softmax(low, node, x, dim, *rest):
-    return softmax(low, x, dim % x.rank, node.name, log=True)
+    return softmax(low.k, x, dim % x.rank, node.name, log=True)
 
 
 def _last_axis(x: Value, shape, what: str) -> int:

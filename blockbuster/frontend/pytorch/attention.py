@@ -17,6 +17,7 @@ import numpy as np
 from ...ir import expr as E
 from . import values as V
 from .dims import ImportError_
+from .kernels import softmax
 from .values import Value, scalar
 
 
@@ -48,8 +49,7 @@ def attention(low, node, q: Value, k: Value, v: Value, mask, is_causal: bool, sc
         if mask.loader is None:
             raise ImportError_(f"{what}: a scalar attention mask")
         scores = km.elementwise("add", [scores, _additive(low, mask, what)], what)
-    from .aten import softmax
-    probs = softmax(low, scores, scores.rank - 1, what, hi_of=hi_rows)
+    probs = softmax(km, scores, scores.rank - 1, what, hi_of=hi_rows)
     return km.matmul(probs, v, what, hi_of=hi_cols)
 
 

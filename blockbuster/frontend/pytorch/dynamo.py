@@ -122,14 +122,14 @@ class CompiledRegion:
         self._build(inputs)
 
     def _build(self, inputs: list) -> None:
-        import blockbuster as bb
+        from ...backends.registry import get_backend
         from ...fusion_cache import cached_fuse
         from .lower import lower
         low = lower(self._source_of(inputs), self._name, self._opts.blocks)
         program = low.program.evolve(params=dict(low.weights))
         fused = cached_fuse(program, self._opts.rules, self._opts.hardware)
         self.program = fused
-        self.compiled = bb.compile(fused, backend=self._opts.backend)
+        self.compiled = get_backend(self._opts.backend).compile(fused)
         self.lowered = low
         self._stamp = self._stamps(inputs)
 
@@ -184,13 +184,13 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
     import torch
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
-    from .lower import GraphSource, _input_dependent, record_values
+    from .lower import GraphSource, input_dependent, record_values
 
     specs = ep.graph_signature.input_specs
     kind = {s.arg.name: s.kind.name for s in specs}
     users = [s.arg.name for s in specs if s.kind.name == "USER_INPUT"]
     param_names = {users[i] for i in params}
-    dynamic = _input_dependent(ep.graph, kind)
+    dynamic = input_dependent(ep.graph, kind)
     recorded = record_values(ep, example_inputs)
     gm = copy.deepcopy(ep.graph_module)             # partitioning rewrites the graph
     partitions = CapabilityBasedPartitioner(gm, _support(unsupported, dynamic),

@@ -230,6 +230,18 @@ class KernelEmitter:
         return self.emit("matmul", shape, axes, value, name)
 
 
+def softmax(k: "KernelEmitter", x: Value, axis: int, what: str, log: bool = False, hi_of=None) -> Value:
+    """max, shift, exp, sum, normalise: the kernels of the builder's softmax."""
+    m = k.reduce("max", x, axis, what, keepdim=True, hi_of=hi_of)
+    shifted = k.elementwise("sub", [x, m], what)
+    e = k.elementwise("exp", [shifted], what)
+    s = k.reduce("sum", e, axis, what, keepdim=True, hi_of=hi_of)
+    if log:
+        return k.elementwise("sub", [shifted, k.elementwise("log", [s], what)], what)
+    return k.elementwise("div", [e, s], what)
+
+
+
 def _lead(v: Value) -> Value:
     """The leading (batch) axes of a matrix operand, as a value to broadcast."""
     from .values import Value as V

@@ -78,7 +78,7 @@ class Lowering:
         self.weights: dict[str, np.ndarray] = {}
         self.weight_order: list[str] = []
         self.kind, self.target = source.kind, source.target
-        self.dynamic = _input_dependent(self.graph, self.kind)
+        self.dynamic = input_dependent(self.graph, self.kind)
         self.absorbed = aten.absorbed_nodes(self.graph, self.dynamic)
 
     # -- values of nodes --------------------------------------------------------------
@@ -199,7 +199,7 @@ def _torch():
     return torch
 
 
-def _input_dependent(graph, kind: dict) -> set:
+def input_dependent(graph, kind: dict) -> set:
     dynamic = set()
     for node in graph.nodes:
         if node.op == "placeholder":
