@@ -30,20 +30,21 @@ LAYERNORM = ["layernorm_matmul", "--size", "M=100", "--size", "K=90", "--size", 
 @pytest.fixture
 def small_cache(monkeypatch):
     """A registered backend ``small-cache``: the reference interpreter, priced on
-    ``SMALL_CACHE``; and a record of the hardware every ``blockbuster.fuse`` got."""
+    ``SMALL_CACHE``; and a record of the hardware every fusion got."""
     fake = Backend(name="small-cache", description="reference on a small cache",
                    compile_fn=compile_program, hardware=SMALL_CACHE)
     real_get = registry.get_backend
     monkeypatch.setattr(registry, "get_backend",
                         lambda name: fake if name == "small-cache" else real_get(name))
     seen = []
-    real_fuse = blockbuster.fuse
+    import blockbuster.select.selection as selection
+    real_fuse = selection.fuse_program
 
-    def fuse(program, *args, hardware=None, **kwargs):
+    def fuse_program(program, *args, hardware, **kwargs):
         seen.append(hardware)
         return real_fuse(program, *args, hardware=hardware, **kwargs)
 
-    monkeypatch.setattr(blockbuster, "fuse", fuse)
+    monkeypatch.setattr(selection, "fuse_program", fuse_program)
     return seen
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import blockbuster
+import blockbuster.frontend.workloads as workloads
 from blockbuster import cli, memcheck
 from blockbuster.dsl.loader import load_rules_text
 from blockbuster.ir.depth import MAX_DEPTH, expr_depth
@@ -144,7 +145,7 @@ def test_json_errors_are_json_too(capsys):
 def test_an_internal_error_is_one_line_with_a_hint_and_exit_3(monkeypatch, capsys):
     def bug(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
-    monkeypatch.setattr(blockbuster, "workload", bug)
+    monkeypatch.setattr(workloads, "workload", bug)
     assert cli.main(["show", "attention"]) == 3
     err = capsys.readouterr().err
     assert err == ("internal error: ZeroDivisionError: division by zero; please report it "
@@ -156,7 +157,7 @@ def test_an_internal_error_is_one_line_with_a_hint_and_exit_3(monkeypatch, capsy
 def test_a_recursion_error_is_an_internal_error_not_a_traceback(monkeypatch, capsys):
     def deep(*args, **kwargs):
         return deep()
-    monkeypatch.setattr(blockbuster, "workload", deep)
+    monkeypatch.setattr(workloads, "workload", deep)
     assert cli.main(["show", "attention"]) == 3
     assert capsys.readouterr().err.startswith("internal error: RecursionError")
 
