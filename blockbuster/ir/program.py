@@ -55,6 +55,19 @@ class Kernel:
         return tuple(s.array for s in self.stores)
 
 
+def dims_named_by(kernels) -> set[str]:
+    """Dimensions the kernels name themselves: their loops, reductions, maps and
+    positions (a head-size dimension may appear in no array at all)."""
+    out = set()
+    for k in kernels:
+        out |= {d for _, d in k.loops}
+        for store in k.stores:
+            for n in store.value.walk():
+                if n.op in ("reduce", "map", "pos"):
+                    out.add(n.attr.dim)
+    return out
+
+
 @attrs.frozen(cache_hash=True)
 class Program:
     name: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir.expr import Expr, LoadAttr
-from ..ir.program import Kernel, Program
+from ..ir.program import Kernel, Program, dims_named_by
 from ..ir.types import GlobalArray
 from ..ir.walk import map_expr
 
@@ -28,7 +28,7 @@ def segment_program(program: Program, start: int, stop: int) -> Program:
     outputs = [a for a in written if a in later or a in program.outputs]
     rest = [a for a in written if a not in outputs]
     arrays = program.array_map
-    used_dims = {d for n in inputs + written for d in arrays[n].dims}
+    used_dims = {d for n in inputs + written for d in arrays[n].dims} | dims_named_by(kernels)
     return Program(f"{program.name}[{start}:{stop}]",
                    tuple(d for d in program.dims if d.name in used_dims),
                    tuple(arrays[n] for n in inputs + outputs + rest),

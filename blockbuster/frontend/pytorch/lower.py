@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 
 from ...ir.index import IVar
-from ...ir.program import Program
+from ...ir.program import Program, dims_named_by
 from ...ir.verify import verify
 from . import aten
 from .capture import source_line
@@ -237,17 +237,6 @@ def record_values(ep, example_inputs) -> dict:
     return recorded
 
 
-def _kernel_dims(kernels) -> set:
-    out = set()
-    for kernel in kernels:
-        out |= {d for _, d in kernel.loops}
-        for store in kernel.stores:
-            for n in store.value.walk():
-                if n.op in ("reduce", "map", "pos"):
-                    out.add(n.attr.dim)
-    return out
-
-
 def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
     planner = DimPlanner(blocks)
     Lowering(source, planner, name).run()                 # plan the dimensions
@@ -259,7 +248,7 @@ def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
     out_names = tuple(b.name for b in outputs)
     rest = tuple(n for n in k.arrays if n not in in_names and n not in out_names)
     arrays = tuple(k.arrays[n] for n in in_names + out_names + rest)
-    used = {d for a in arrays for d in a.dims} | _kernel_dims(k.kernels)
+    used = {d for a in arrays for d in a.dims} | dims_named_by(k.kernels)
     dims = tuple(d for d in planner.dims() if d.name in used)
     program = Program(name, dims, arrays, in_names, out_names, tuple(k.kernels),
                       tuple(low.weight_order))
