@@ -166,13 +166,18 @@ class Backend:
 
     ``hardware`` describes the machine for the cost model (a ``cost`` Hardware object,
     or None); it is stored as given. ``compile_fn(program, **options)`` returns a
-    :data:`Runner`.
+    :data:`Runner`. ``lowered_ops``/``lowered_combiners``: the registry entries
+    (``blockbuster.ir.ops.OPS``, ``blockbuster.ir.combiners.COMBINERS``) this backend
+    has a lowering for, read from the backend's own lowering table; the conformance
+    suite requires all of them.
     """
 
     name: str
     description: str
     compile_fn: Callable[..., Runner] = attrs.field(repr=False)
     hardware: Any = None
+    lowered_ops: frozenset = frozenset()
+    lowered_combiners: frozenset = frozenset()
 
     def compile(self, program: Program, **options) -> CompiledProgram:
         start = time.perf_counter()

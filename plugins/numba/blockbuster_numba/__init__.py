@@ -27,6 +27,7 @@ from blockbuster.ir.verify import verify
 
 from .codegen import generate_source
 from .hardware import cpu_hardware, describe
+from .lowering import LOWERED_COMBINERS, LOWERED_OPS
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -73,6 +74,8 @@ def make_backend() -> NumbaBackend:
                     f"({describe(hw)})",
         compile_fn=compile_program,
         hardware=hw,
+        lowered_ops=LOWERED_OPS,
+        lowered_combiners=LOWERED_COMBINERS,
     )
 
 

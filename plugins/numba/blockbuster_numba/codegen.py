@@ -47,7 +47,7 @@ from blockbuster.ir.printer import format_expr, format_kernel, format_float
 from blockbuster.ir.program import Kernel, Program, Store
 from blockbuster.ir.types import Dim
 
-from .lowering import BINARY_CODE, CHEAP, INBLOCK, MODULE_NAMES, UNARY_CODE
+from .lowering import CHEAP, INBLOCK, MODULE_NAMES, NARY_CODE, UNARY_CODE
 from .runtime import FASTMATH, HELPERS
 
 #: A kernel's parallel loop covers enough of its outer loops to split evenly over the
@@ -665,8 +665,8 @@ class KernelGenerator:
             return self.emit_inblock_reduce(node, args[0], frame)
         if op in UNARY_CODE:
             axes = args[0].axes
-        elif op in BINARY_CODE:
-            axes = args[0].axes if args[0].rank else args[1].axes
+        elif op in NARY_CODE:     # a scalar operand broadcasts
+            axes = next((x.axes for x in args if x.rank), ())
         elif op in ("rowscale", "rowshift", "colscale", "colshift"):
             axes = args[1].axes
         elif op == "keep_ge":
@@ -773,9 +773,8 @@ class KernelGenerator:
 
         if op in UNARY_CODE:
             return UNARY_CODE[op].format(arg(0, idx))
-        if op in BINARY_CODE:
-            return BINARY_CODE[op].format(arg(0, idx if a[0].rank else ()),
-                                           arg(1, idx if a[1].rank else ()))
+        if op in NARY_CODE:
+            return NARY_CODE[op].format(*(arg(i, idx if x.rank else ()) for i, x in enumerate(a)))
         if op == "rowscale":
             return f"({arg(0, idx[:1])} * {arg(1, idx)})"
         if op == "rowshift":

@@ -1,5 +1,6 @@
 """Scalar helpers the generated kernels call: a vectorisable ``exp`` and the
-operators that are more than one arithmetic expression (``silu``, ``sigmoid``).
+operators that are more than one arithmetic expression (``silu``, ``sigmoid``,
+``gelu``, ``gelu_tanh``).
 
 They are ordinary ``@njit`` functions of one element; LLVM inlines them into the
 generated loops, so a loop over a block calling ``exp32`` vectorises (``math.exp``
@@ -157,6 +158,36 @@ def silu32(x):
     return x / (_ONE + exp32(-x))
 
 
+_HALF = np.float32(0.5)
+_SQRT_HALF = np.float32(0.7071067811865476)        # 1/√2
+_GELU_K2 = np.float32(1.5957691216057308)          # 2·√(2/π)
+_GELU_C = np.float32(0.044715)
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy", cache=True)
+def gelu32(x):
+    """x·½(1 + erf(x/√2)), written ½x·erfc(-x/√2): no cancellation in 1 + erf for
+    x < 0 (the reference computes the same)."""
+    return _HALF * x * math.erfc(-x * _SQRT_HALF)
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy", cache=True)
+def gelu_tanh32(x):
+    """½x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³), written x / (1 + exp(-2u)): the
+    same function, vectorisable (exp32), and no cancellation of 1 + tanh(u) for x < 0."""
+    return x / (_ONE + exp32(-(_GELU_K2 * (_GELU_C * x * x * x + x))))
+
+
+@njit(error_model="numpy", cache=True)
+def gelu64(x):
+    return 0.5 * x * math.erfc(-x * 0.7071067811865476)
+
+
+@njit(error_model="numpy", cache=True)
+def gelu_tanh64(x):
+    return x / (1.0 + math.exp(-(1.5957691216057308 * (0.044715 * x * x * x + x))))
+
+
 @njit(error_model="numpy", cache=True)
 def sigmoid64(x):
     return 1.0 / (1.0 + math.exp(-x))
@@ -175,7 +206,9 @@ def exp64(x):
 #: Helper names the generated code uses, per dtype: generic name -> function here.
 HELPERS = {
     "float32": {"exp_": "exp32", "sigmoid_": "sigmoid32", "silu_": "silu32",
+                "gelu_": "gelu32", "gelu_tanh_": "gelu_tanh32",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque"},
     "float64": {"exp_": "exp64", "sigmoid_": "sigmoid64", "silu_": "silu64",
+                "gelu_": "gelu64", "gelu_tanh_": "gelu_tanh64",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque"},
 }
