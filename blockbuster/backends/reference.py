@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Callable
 
 import numpy as np
 
@@ -31,11 +30,9 @@ from .base import Arrays, Backend, Runner
 
 NEG_INF = -math.inf
 
-#: Block operators are plain functions of their argument values: their semantics are
-#: the registry's (``OpSpec.reference``).
-_REFERENCE: dict[str, Callable] = {n: s.reference for n, s in OPS.items() if s.reference}
-
-#: What the evaluator runs itself (they need the environment, not only values).
+# Block operators are plain functions of their argument values: their semantics are
+# the registry's (``OpSpec.reference``). What the evaluator runs itself (they need
+# the environment, not only values):
 _STRUCTURAL = frozenset({"load", "const", "pos", "runmax", "proj", "get", "map", "reduce"})
 
 # Fresh identities for runmax bindings: a memo key must change whenever the running
@@ -152,9 +149,9 @@ class Evaluator:
     # -- expressions ---------------------------------------------------------------
     def _eval(self, node: Expr, env: dict):
         op = node.op
-        fn = _REFERENCE.get(op)
-        if fn is not None:
-            return fn(*(self.value(a, env) for a in node.args))
+        spec = OPS.get(op)
+        if spec is not None and spec.reference is not None:
+            return spec.reference(*(self.value(a, env) for a in node.args))
         if op == "load":
             return self._load(node, env)
         if op == "const":
@@ -320,7 +317,7 @@ backend = Backend(
     name="reference",
     description="NumPy reference interpreter (block by block, exactly as the IR says)",
     compile_fn=compile_program,
-    lowered_ops=frozenset(_REFERENCE) | _STRUCTURAL,
+    lowered_ops=frozenset(n for n, s in OPS.items() if s.reference) | _STRUCTURAL,
     lowered_combiners=frozenset(n[len("_combine_"):] for n in vars(Evaluator)
                                 if n.startswith("_combine_")),
 )

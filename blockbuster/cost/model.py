@@ -17,10 +17,13 @@ Execution model (what the counts assume, and what a code generator does):
 
 Every figure is an exact sum over all those iterations (see :mod:`.counting`).
 
-FLOPs per execution of a node (``n`` = elements of the result, actual extents):
+FLOPs per execution of a node (``n`` = elements of the result, actual extents); the
+figures are the registry's (``OpSpec.flops``/``work_axes`` in :mod:`blockbuster.ir.ops`,
+``Combiner.head_flops``/``passenger_flops`` in :mod:`blockbuster.ir.combiners`), and so
+are the result shapes (``OpSpec.result_axes``, ``Combiner.head_axes``):
 
-* elementwise unary/binary ops, broadcasts, ``outer``, ``keep_ge``: ``n``;
-  ``exp``/``log``/``rsqrt``... count 1 per element like ``add``;
+* elementwise ops (any arity: comparisons and ``where`` too), broadcasts, ``outer``,
+  ``keep_ge``: ``n``; ``exp``/``log``/``gelu``... count 1 per element like ``add``;
 * ``dot`` of ``R×K`` by ``K×C``: ``2·R·K·C``; ``transpose``, ``relabel``, ``proj``,
   ``map``, leaves: 0; ``rotate_half``: ``n / 2`` (the negated half);
 * ``rowsum``/``rowmax``/``colsum``/``colmax``: the elements of the operand;

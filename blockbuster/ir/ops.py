@@ -392,7 +392,7 @@ CALLABLE = frozenset(n for n, s in OPS.items()
 def check_arity(name: str, nargs: int) -> str | None:
     """An error message if ``name`` is unknown or given the wrong number of arguments."""
     spec = OPS.get(name)
-    if spec is None or name not in CALLABLE:
+    if spec is None or (spec.kind in ("leaf", "structural", "pattern") and name != "proj"):
         return f"unknown operator '{name}'"
     if spec.arity is not None and spec.arity != nargs:
         plural = "s" if spec.arity != 1 else ""
