@@ -2,6 +2,8 @@
 
 Sizes are deliberately not multiples of the block sizes, so every test also runs
 ragged last blocks. Expected values are computed in float64 from the same inputs.
+The elementwise operators (every one the registry has) are stored by one kernel per
+program, so that a backend compiles a few programs, not one per operator.
 """
 
 import math
@@ -12,17 +14,9 @@ import pytest
 from blockbuster.backends.reference import backend as reference
 from blockbuster.ir.ops import BINARY, ELEMENTWISE, OPS, UNARY
 
-ELEMENTWISE_PROGRAM = """
-program u
-dim M = 7 block 3
-dim N = 5 block 2
-input X[M, N]
-input Z[M, N]
-input W[M, N]
-output Y[M, N]
-kernel k for i in M, j in N:
-  Y[i, j] = {expr}
-"""
+from helpers_conformance import program
+
+SHAPE = (7, 5)
 
 _erf = np.vectorize(math.erf, otypes=[float])
 
@@ -59,57 +53,7 @@ MATH = {
 # float32 relative tolerance where the backend's formula differs from the oracle's
 # (gelu_tanh: exp of a float32 cubic, ~|u| ulps).
 RTOL32 = {"gelu_tanh": 1e-5}
-COMPARISONS = ["lt", "le", "gt", "ge", "eq", "ne"]
-OPERANDS = "XZW"
-
-
-def f32(a):
-    """The float32 inputs, widened back: expected values use exactly what was run."""
-    return np.asarray(a, np.float32).astype(np.float64)
-
-
-def call(op, *operands):
-    return f"{op}({', '.join(operands)})"
-
-
-def inputs(rng, op, shape=(7, 5)):
-    """Operands for ``op``: positive for a positive-domain operator, integral-valued
-    (so that ties occur) for a comparison, else normal."""
-    if OPS[op].domain == "positive":
-        return [f32(rng.uniform(0.5, 3.0, shape)) for _ in range(OPS[op].arity)]
-    if op in COMPARISONS or op == "where":
-        return [f32(rng.integers(-2, 3, shape)) for _ in range(OPS[op].arity)]
-    return [f32(rng.normal(0, 2, shape)) for _ in range(OPS[op].arity)]
-
-
-def run_op(run, op, args, dtype=np.float32):
-    names = OPERANDS[: len(args)]
-    given = dict(zip(OPERANDS, args + [args[0]] * (3 - len(args))))
-    return run(ELEMENTWISE_PROGRAM.format(expr=call(op, *(f"{n}[i, j]" for n in names))),
-               dtype=dtype, **given)["Y"]
-
-
-def test_every_elementwise_operator_of_the_registry_has_an_oracle_here():
-    assert set(MATH) == set(ELEMENTWISE)
-    assert set(UNARY) | set(BINARY) <= set(ELEMENTWISE)
-
-
-@pytest.mark.parametrize("op", ELEMENTWISE)
-def test_elementwise_float32(run, rng, op):
-    args = inputs(rng, op)
-    out = run_op(run, op, args)
-    assert out.dtype == np.float32
-    np.testing.assert_allclose(out, MATH[op](*args), rtol=RTOL32.get(op, 2e-6), atol=1e-6)
-
-
-@pytest.mark.parametrize("op", ELEMENTWISE)
-def test_elementwise_float64(run, rng, op):
-    """The float64 helpers of a backend (a separate code path for some)."""
-    args = [rng.normal(0, 2, a.shape) if OPS[op].domain == "real" and op not in COMPARISONS
-            and op != "where" else a for a in inputs(rng, op)]
-    out = run_op(run, op, args, dtype=np.float64)
-    np.testing.assert_allclose(out, MATH[op](*args), rtol=1e-9, atol=1e-10)
-
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 # Large magnitudes and the edges of overflow; what overflows must overflow as in the
 # reference (to the same infinity, or the same NaN).
@@ -119,76 +63,174 @@ LARGE_POSITIVE = np.array([1e-30, 1e-20, 1e-6, 1e-3, 0.5, 1.0, 3.0, 1e2, 1e3, 1e
                            3e4, 1e6, 1e10, 1e20, 1e30, 0.0, 2.0, 7.0, 5e3, 1e-10])
 
 
+def f32(a):
+    """The float32 inputs, widened back: expected values use exactly what was run."""
+    return np.asarray(a, np.float32).astype(np.float64)
+
+
+def operands(op):
+    """Input arrays of ``op`` on ordinary values: positive ones for a positive-domain
+    operator, integral ones (ties) for comparisons and where, else normal ones."""
+    if OPS[op].domain == "positive":
+        return ["P"]
+    if op in COMPARISONS or op == "where":
+        return ["A", "B", "C"][: OPS[op].arity]
+    return ["X", "Z"][: OPS[op].arity]
+
+
+def call(op, *names):
+    return f"{op}({', '.join(f'{n}[i, j]' if n.isalpha() else n for n in names)})"
+
+
+# output -> (expression, operand arrays, op): one kernel stores all of them; the
+# large-magnitude outputs (L_) are run in float32 only (float64 overflows elsewhere).
+OUTPUTS = {f"E_{op}": (call(op, *operands(op)), operands(op), op) for op in ELEMENTWISE}
+LARGE_OUTPUTS = {f"L_{op}": (call(op, "LP" if OPS[op].domain == "positive" else "L"),
+                             ["LP" if OPS[op].domain == "positive" else "L"], op)
+                 for op in UNARY}
+
+
+def _inputs(dtype):
+    rng = np.random.default_rng(20240607)
+    cast = f32 if dtype == np.float32 else np.asarray
+    ints = lambda: f32(rng.integers(-2, 3, SHAPE))            # noqa: E731
+    return {"X": cast(rng.normal(0, 2, SHAPE)), "Z": cast(rng.normal(0, 2, SHAPE)),
+            "P": cast(rng.uniform(0.5, 3.0, SHAPE)), "A": ints(), "B": ints(), "C": ints(),
+            "L": f32(np.resize(LARGE, SHAPE)), "LP": f32(np.resize(LARGE_POSITIVE, SHAPE))}
+
+
+def _program_text(outputs: dict, inputs) -> str:
+    lines = ["program ew", "dim M = 7 block 3", "dim N = 5 block 2"]
+    lines += [f"input {n}[M, N]" for n in inputs]
+    lines += [f"output {n}[M, N]" for n in outputs]
+    lines += ["kernel k for i in M, j in N:"]
+    lines += [f"  {n}[i, j] = {expr}" for n, expr in outputs.items()]
+    return "\n".join(lines) + "\n"
+
+
+_RUNS: dict = {}
+
+
+def run_all(backend, dtype):
+    """Every output of :data:`OUTPUTS` (and in float32 :data:`LARGE_OUTPUTS`) on
+    ``backend``, compiled and run once."""
+    key = (backend.name, np.dtype(dtype).name)
+    if key not in _RUNS:
+        inputs = _inputs(dtype)
+        outputs = OUTPUTS | (LARGE_OUTPUTS if dtype == np.float32 else {})
+        text = _program_text({n: e for n, (e, _, _) in outputs.items()}, inputs)
+        out = backend.compile(program(text), dtype=dtype)(**inputs)
+        assert all(v.dtype == np.dtype(dtype) for v in out.values())
+        _RUNS[key] = inputs, out
+    return _RUNS[key]
+
+
+def expected(name, inputs, dtype):
+    _, args, op = (OUTPUTS | LARGE_OUTPUTS)[name]
+    with np.errstate(all="ignore"):
+        return MATH[op](*(inputs[a] for a in args)).astype(dtype)   # overflow as run
+
+
+def test_every_elementwise_operator_of_the_registry_has_an_oracle_here():
+    assert set(MATH) == set(ELEMENTWISE)
+    assert set(UNARY) | set(BINARY) <= set(ELEMENTWISE)
+
+
+@pytest.mark.parametrize("op", ELEMENTWISE)
+def test_elementwise_float32(backend, op):
+    inputs, out = run_all(backend, np.float32)
+    np.testing.assert_allclose(out[f"E_{op}"], expected(f"E_{op}", inputs, np.float64),
+                               rtol=RTOL32.get(op, 2e-6), atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ELEMENTWISE)
+def test_elementwise_float64(backend, op):
+    """The float64 helpers of a backend (a separate code path for some)."""
+    inputs, out = run_all(backend, np.float64)
+    np.testing.assert_allclose(out[f"E_{op}"], expected(f"E_{op}", inputs, np.float64),
+                               rtol=1e-9, atol=1e-10)
+
+
 @pytest.mark.parametrize("op", UNARY)
-def test_unary_at_large_magnitudes_overflows_like_the_reference(run, op):
-    x = f32((LARGE_POSITIVE if OPS[op].domain == "positive" else LARGE).reshape(4, 5))
-    x = np.resize(x, (7, 5))
-    out = run_op(run, op, [x])
-    ref = reference.compile(_program(op), dtype=np.float32)(X=x, Z=x, W=x)["Y"]
-    np.testing.assert_array_equal(np.isfinite(out), np.isfinite(ref))
-    np.testing.assert_array_equal(out[~np.isfinite(out)], ref[~np.isfinite(ref)])
-    with np.errstate(all="ignore"):
-        expected = MATH[op](x).astype(np.float32)      # float32 overflow, as run
-    np.testing.assert_allclose(out, expected, rtol=RTOL32.get(op, 2e-6), atol=1e-30)
+def test_unary_at_large_magnitudes_overflows_like_the_reference(backend, op):
+    dtype = np.float32
+    inputs, out = run_all(backend, dtype)
+    _, ref = run_all(reference, dtype)
+    got, want = out[f"L_{op}"], ref[f"L_{op}"]
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    np.testing.assert_array_equal(got[~np.isfinite(got)], want[~np.isfinite(want)])
+    if op in ("sigmoid", "silu", "tanh", "erf", "gelu", "gelu_tanh", "relu"):
+        assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, expected(f"L_{op}", inputs, dtype),
+                               rtol=RTOL32.get(op, 2e-6), atol=1e-30)
 
 
-def _program(op):
-    from helpers_conformance import program
-    return program(ELEMENTWISE_PROGRAM.format(expr=call(op, "X[i, j]")))
+EDGES = {   # output -> (expression, float64 math of x, z)
+    "LOG": ("log(X[i, j])", lambda x, z: np.log(x)),
+    "W1": ("where(X[i, j], 1.0, 2.0)", lambda x, z: np.where(x != 0, 1.0, 2.0)),  # NaN: a
+    **{f"C_{op}": (f"{op}(X[i, j], Z[i, j])", lambda x, z, op=op: MATH[op](x, z))
+       for op in COMPARISONS},
+}
 
 
-def test_log_of_zero_and_of_negatives(run):
-    x = np.resize(f32([0.0, -1.0, 1.0, np.inf, 1e-30]), (7, 5))
-    out = run_op(run, "log", [x])
-    with np.errstate(all="ignore"):
-        expected = np.log(x)
-    np.testing.assert_allclose(out, expected, rtol=2e-6)     # -inf and NaN where they belong
+def test_log_comparisons_and_where_at_zero_nan_and_infinities(backend):
+    x = np.resize(f32([0.0, -1.0, 1.0, np.inf, 1e-30, np.nan, -np.inf]), SHAPE)
+    z = np.resize(f32([0.0, np.nan, 1.0, 1.0, -0.0, np.nan, -np.inf, 2.0]), SHAPE)
+    out = backend.compile(program(_program_text(
+        {n: e for n, (e, _) in EDGES.items()}, "XZ")), dtype=np.float32)(X=x, Z=z)
+    for name, (_, math_) in EDGES.items():
+        with np.errstate(all="ignore"):
+            want = math_(x, z)
+        np.testing.assert_allclose(out[name], want, rtol=2e-6, err_msg=name)  # NaN == NaN
 
 
-@pytest.mark.parametrize("op", ["sigmoid", "silu"])
-def test_sigmoid_and_silu_are_finite_and_accurate_far_from_zero(run, op):
-    x = f32(np.array([-80.0, -30.0, -5.0, 0.0, 5.0, 30.0, 80.0] * 5).reshape(7, 5))
-    out = run_op(run, op, [x])
-    assert np.isfinite(out).all()
-    np.testing.assert_allclose(out, MATH[op](x), rtol=1e-5, atol=0)
+BROADCASTS = {f"{op}_{side}": (f"{op}(X[i, j], 1.75)" if side == "l" else f"{op}(1.75, X[i, j])",
+                               op, side) for op in BINARY for side in "lr"}
 
 
-@pytest.mark.parametrize("op", BINARY)
-def test_binary_broadcasts_a_scalar_on_either_side(run, rng, op):
-    x = f32(rng.uniform(0.5, 3, (7, 5)))
-    x[0, :2] = 1.75                                    # ties, for the comparisons
-    left = run(ELEMENTWISE_PROGRAM.format(expr=f"{op}(X[i, j], 1.75)"), X=x, Z=x, W=x)["Y"]
-    right = run(ELEMENTWISE_PROGRAM.format(expr=f"{op}(1.75, X[i, j])"), X=x, Z=x, W=x)["Y"]
-    np.testing.assert_allclose(left, MATH[op](x, 1.75), rtol=2e-6)
-    np.testing.assert_allclose(right, MATH[op](1.75, x), rtol=2e-6)
-    assert left.dtype == right.dtype == np.float32
+def test_binary_operators_broadcast_a_scalar_on_either_side(backend, rng):
+    x = f32(rng.uniform(0.5, 3, SHAPE))
+    x[0, :2] = 1.75                                     # ties, for the comparisons
+    out = backend.compile(program(_program_text(
+        {n: e for n, (e, _, _) in BROADCASTS.items()}, "X")), dtype=np.float32)(X=x)
+    for name, (_, op, side) in BROADCASTS.items():
+        want = MATH[op](x, 1.75) if side == "l" else MATH[op](1.75, x)
+        assert out[name].dtype == np.float32
+        np.testing.assert_allclose(out[name], want, rtol=2e-6, err_msg=name)
 
 
-@pytest.mark.parametrize("expr, math_", [
-    ("where(X[i, j], 1.5, Z[i, j])", lambda x, z, w: np.where(x != 0, 1.5, z)),
-    ("where(X[i, j], Z[i, j], -2.5)", lambda x, z, w: np.where(x != 0, z, -2.5)),
-    ("where(X[i, j], 1.5, -2.5)", lambda x, z, w: np.where(x != 0, 1.5, -2.5)),
-    ("where(0.0, Z[i, j], W[i, j])", lambda x, z, w: w),
-    ("where(2.0, Z[i, j], W[i, j])", lambda x, z, w: z),
-    ("where(gt(Z[i, j], W[i, j]), Z[i, j], W[i, j])", lambda x, z, w: np.maximum(z, w)),
-    ("where(le(Z[i, j], 0.0), 0.0, Z[i, j])", lambda x, z, w: np.maximum(z, 0.0)),
-    ("mul(X[i, j], where(ne(X[i, j], X[i, j]), 0.0, 1.0))", lambda x, z, w: x),
-])
-def test_where_broadcasts_scalars_and_selects_with_comparisons(run, rng, expr, math_):
-    x = f32(rng.integers(-1, 2, (7, 5)))
-    z, w = f32(rng.normal(size=(7, 5))), f32(rng.normal(size=(7, 5)))
-    out = run(ELEMENTWISE_PROGRAM.format(expr=expr), X=x, Z=z, W=w)["Y"]
-    np.testing.assert_array_equal(out, math_(x, z, w).astype(np.float32))
+WHERE = {   # output -> (expression, math of x, z, w)
+    "W1": ("where(X[i, j], 1.5, Z[i, j])", lambda x, z, w: np.where(x != 0, 1.5, z)),
+    "W2": ("where(X[i, j], Z[i, j], -2.5)", lambda x, z, w: np.where(x != 0, z, -2.5)),
+    "W3": ("where(X[i, j], 1.5, -2.5)", lambda x, z, w: np.where(x != 0, 1.5, -2.5)),
+    "W4": ("where(0.0, Z[i, j], W[i, j])", lambda x, z, w: w),
+    "W5": ("where(2.0, Z[i, j], W[i, j])", lambda x, z, w: z),
+    "W6": ("where(gt(Z[i, j], W[i, j]), Z[i, j], W[i, j])", lambda x, z, w: np.maximum(z, w)),
+    "W7": ("where(le(Z[i, j], 0.0), 0.0, Z[i, j])", lambda x, z, w: np.maximum(z, 0.0)),
+    "W8": ("mul(X[i, j], where(ne(X[i, j], X[i, j]), 0.0, 1.0))", lambda x, z, w: x),
+}
 
 
-def test_comparisons_and_where_on_nan(run):
-    x = np.resize(f32([np.nan, 1.0, -np.inf, np.inf, 0.0]), (7, 5))
-    z = np.resize(f32([np.nan, np.nan, -np.inf, 1.0, -0.0]), (7, 5))
-    for op in COMPARISONS:
-        out = run(ELEMENTWISE_PROGRAM.format(expr=f"{op}(X[i, j], Z[i, j])"), X=x, Z=z, W=z)["Y"]
-        np.testing.assert_array_equal(out, MATH[op](x, z), err_msg=op)
-    out = run(ELEMENTWISE_PROGRAM.format(expr="where(X[i, j], 1.0, 2.0)"), X=x, Z=z, W=z)["Y"]
-    np.testing.assert_array_equal(out, np.where(x != 0, 1.0, 2.0))   # NaN selects a
+def test_where_broadcasts_scalars_and_selects_with_comparisons(backend, rng):
+    x = f32(rng.integers(-1, 2, SHAPE))
+    z, w = f32(rng.normal(size=SHAPE)), f32(rng.normal(size=SHAPE))
+    out = backend.compile(program(_program_text(
+        {n: e for n, (e, _) in WHERE.items()}, "XZW")), dtype=np.float32)(X=x, Z=z, W=w)
+    for name, (_, math_) in WHERE.items():
+        np.testing.assert_array_equal(out[name], math_(x, z, w).astype(np.float32),
+                                      err_msg=name)
+
+
+ELEMENTWISE_PROGRAM = """
+program u
+dim M = 7 block 3
+dim N = 5 block 2
+input X[M, N]
+input Z[M, N]
+output Y[M, N]
+kernel k for i in M, j in N:
+  Y[i, j] = {expr}
+"""
 
 
 BROADCAST = """
@@ -304,5 +346,5 @@ def test_pos_and_keep_ge_build_a_causal_mask(run, rng):
 def test_constants_including_infinities(run, rng):
     x = f32(rng.normal(size=(7, 5)))
     out = run(ELEMENTWISE_PROGRAM.format(expr="max(min(mul(X[i, j], -0.5), inf), -inf)"),
-              X=x, Z=x, W=x)["Y"]
+              X=x, Z=x)["Y"]
     np.testing.assert_allclose(out, -0.5 * x, rtol=1e-7)
