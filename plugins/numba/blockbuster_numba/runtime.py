@@ -164,11 +164,52 @@ _GELU_K2 = np.float32(1.5957691216057308)          # 2·√(2/π)
 _GELU_C = np.float32(0.044715)
 
 
-@njit(fastmath=set(FASTMATH), error_model="numpy", cache=True)
+_TWO = np.float32(2.0)
+_ERFC_ZERO = np.float32(10.0)        # erfc(10) = 2e-45: 0 in float32 from here on
+_SPLIT = np.float32(4097.0)          # 2^12 + 1: Veltkamp's split of a float32
+_ERFC_P = tuple(np.float32(c) for c in (
+    0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+    0.09678418, 0.37409196, 1.00002368, -1.26551223))
+_E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9 = _ERFC_P
+
+
+# erfc32 and gelu32 are inlined at Numba's level: as ordinary calls they ran 5x slower
+# in a loop (40 ns against 8 ns per element, benchmarks: a loop of gelu32 over 2^20
+# float32): the call was not inlined, so the loop did not vectorise.
+@njit(fastmath=set(FASTMATH), error_model="numpy", inline="always")
+def erfc32(x):
+    """erfc of a float32, within 5e-7 relative error wherever the result is normal.
+
+    Numerical Recipes' erfcc (Chebyshev fit, fractional error < 1.2e-7):
+    erfc(z) = t·exp(-z² + P(t)), t = 1/(1 + z/2), z = |x|; erfc(x) = 2 - erfc(-x) for
+    x < 0. Branch-free on exp32, so a loop calling it vectorises: ~3.5x faster than
+    ``math.erfc`` (a libm call). z² is split exactly as zh² + (2zh + zl)·zl (Veltkamp):
+    rounding z² to float32 would cost z²·2^-24 relative error (5e-6 at z = 9).
+    """
+    z = abs(x)
+    t = _ONE / (_ONE + _HALF * z)
+    p = _E0 * t + _E1
+    p = p * t + _E2
+    p = p * t + _E3
+    p = p * t + _E4
+    p = p * t + _E5
+    p = p * t + _E6
+    p = p * t + _E7
+    p = p * t + _E8
+    p = p * t + _E9
+    c = _SPLIT * z
+    zh = c - (c - z)                     # z's upper 12 bits: zh·zh is exact
+    zl = z - zh
+    r = t * exp32(-(zh * zh)) * exp32(p - (_TWO * zh + zl) * zl)
+    r = _ZERO if z > _ERFC_ZERO else r   # also z = inf, where the split is NaN
+    return _TWO - r if x < _ZERO else r
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy", inline="always")
 def gelu32(x):
     """x·½(1 + erf(x/√2)), written ½x·erfc(-x/√2): no cancellation in 1 + erf for
-    x < 0 (the reference computes the same)."""
-    return _HALF * x * math.erfc(-x * _SQRT_HALF)
+    x < 0 (the reference computes the same); vectorisable (erfc32)."""
+    return _HALF * x * erfc32(-x * _SQRT_HALF)
 
 
 @njit(fastmath=set(FASTMATH), error_model="numpy", cache=True)
