@@ -190,7 +190,10 @@ _GELU_TANH_2K = 2 * math.sqrt(2 / math.pi)    # 2·√(2/π)
 
 def _gelu(x):
     # x·½(1 + erf(x/√2)) written ½x·erfc(-x/√2): no cancellation in 1 + erf for x < 0.
-    return np.asarray(0.5, x.dtype) * x * _erfc(-x * np.asarray(_SQRT_HALF, x.dtype))
+    # x/√2 in double: in the tail, erfc's relative error is ~z² times its argument's.
+    x = np.asarray(x)
+    wide = x.astype(np.float64) if x.dtype.itemsize < 8 else x
+    return (0.5 * wide * _erfc(-wide * _SQRT_HALF)).astype(x.dtype)
 
 
 def _gelu_tanh(x):

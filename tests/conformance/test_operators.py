@@ -348,3 +348,15 @@ def test_constants_including_infinities(run, rng):
     out = run(ELEMENTWISE_PROGRAM.format(expr="max(min(mul(X[i, j], -0.5), inf), -inf)"),
               X=x, Z=x)["Y"]
     np.testing.assert_allclose(out, -0.5 * x, rtol=1e-7)
+
+
+def test_gelu_and_erf_are_accurate_in_their_tails(backend):
+    """Down to gelu's float32 underflow (x ≈ -13): relative accuracy, not just 0.
+    The oracle writes 1 + erf(z) as erfc(-z) (the same number; no cancellation)."""
+    x = f32(np.linspace(-13.0, 13.0, 35).reshape(SHAPE))
+    text = _program_text({"G": "gelu(X[i, j])", "E": "erf(X[i, j])"}, "X")
+    out = backend.compile(program(text), dtype=np.float32)(X=x)
+    erfc = np.vectorize(math.erfc, otypes=[float])
+    np.testing.assert_allclose(out["G"], 0.5 * x * erfc(-x / math.sqrt(2.0)),
+                               rtol=2e-6, atol=1e-37)
+    np.testing.assert_allclose(out["E"], MATH["erf"](x), rtol=2e-6, atol=0)
