@@ -29,7 +29,6 @@ import math
 from typing import Callable, Sequence
 
 import attrs
-import numpy as np
 
 from ..errors import BackendError
 from .types import SCALAR, ArrayType, BlockType, TupleType
@@ -166,6 +165,19 @@ def _first(args):
 
 # --- reference semantics of the block operators (NumPy) ---------------------------------
 
+class _NumPy:
+    """NumPy, imported on first use: ``import blockbuster`` stays light (the cost model
+    reads this registry; only running a program needs NumPy). Hence every reference
+    below is a function that looks ``np.<name>`` up when called."""
+
+    def __getattr__(self, name):
+        import numpy
+        return getattr(numpy, name)
+
+
+np = _NumPy()
+
+
 def _sigmoid(x):
     return np.exp(-np.logaddexp(0, -x))  # no overflow for large |x|
 
@@ -173,11 +185,9 @@ def _sigmoid(x):
 def _math_ufunc(fn: Callable[[float], float]):
     """A NumPy function of one array from a ``math`` function of one float (NumPy has
     no erf): evaluated in double precision, rounded to the operand's dtype."""
-    vec = np.frompyfunc(fn, 1, 1)
-
     def apply(x):
         x = np.asarray(x)
-        return np.asarray(vec(x), dtype=x.dtype)
+        return np.asarray(np.frompyfunc(fn, 1, 1)(x), dtype=x.dtype)
 
     return apply
 
@@ -204,8 +214,8 @@ def _gelu_tanh(x):
     return x / (np.asarray(1, dt) + np.exp(-u2))
 
 
-def _compare(fn):
-    return lambda a, b: fn(a, b).astype(np.result_type(a, b))   # a 0/1 mask
+def _compare(name):
+    return lambda a, b: getattr(np, name)(a, b).astype(np.result_type(a, b))  # 0/1 mask
 
 
 def _where(c, a, b):
@@ -302,36 +312,36 @@ def elementwise(name: str, arity: int, reference: Callable, *, cheap: bool = Fal
 
 
 # Elementwise, one operand.
-elementwise("neg", 1, np.negative, cheap=True)
-elementwise("exp", 1, np.exp)
-elementwise("log", 1, np.log, domain="positive")
+elementwise("neg", 1, lambda x: np.negative(x), cheap=True)
+elementwise("exp", 1, lambda x: np.exp(x))
+elementwise("log", 1, lambda x: np.log(x), domain="positive")
 elementwise("recip", 1, lambda x: 1 / x, domain="positive")
-elementwise("sqrt", 1, np.sqrt, domain="positive")
+elementwise("sqrt", 1, lambda x: np.sqrt(x), domain="positive")
 elementwise("rsqrt", 1, lambda x: 1 / np.sqrt(x), domain="positive")
-elementwise("square", 1, np.square)
-elementwise("abs", 1, np.abs)
+elementwise("square", 1, lambda x: np.square(x))
+elementwise("abs", 1, lambda x: np.abs(x))
 elementwise("silu", 1, lambda x: x * _sigmoid(x))
 elementwise("sigmoid", 1, _sigmoid)
-elementwise("tanh", 1, np.tanh)
-elementwise("ones", 1, np.ones_like)              # ones(x): 1 everywhere, x's shape (counts)
+elementwise("tanh", 1, lambda x: np.tanh(x))
+elementwise("ones", 1, lambda x: np.ones_like(x))              # ones(x): 1 everywhere, x's shape (counts)
 elementwise("relu", 1, lambda x: np.maximum(x, np.asarray(0, x.dtype)), cheap=True)
 elementwise("erf", 1, _erf)
 elementwise("gelu", 1, _gelu)                      # x·½(1 + erf(x/√2))
 elementwise("gelu_tanh", 1, _gelu_tanh)            # ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
 # Elementwise, two operands (``max``/``min`` are NaN-propagating, as np.maximum).
-elementwise("add", 2, np.add, cheap=True)
-elementwise("sub", 2, np.subtract, cheap=True)
-elementwise("mul", 2, np.multiply, cheap=True)
-elementwise("div", 2, np.divide)
-elementwise("max", 2, np.maximum, cheap=True)
-elementwise("min", 2, np.minimum, cheap=True)
+elementwise("add", 2, lambda a, b: np.add(a, b), cheap=True)
+elementwise("sub", 2, lambda a, b: np.subtract(a, b), cheap=True)
+elementwise("mul", 2, lambda a, b: np.multiply(a, b), cheap=True)
+elementwise("div", 2, lambda a, b: np.divide(a, b))
+elementwise("max", 2, lambda a, b: np.maximum(a, b), cheap=True)
+elementwise("min", 2, lambda a, b: np.minimum(a, b), cheap=True)
 # Comparisons: a 0/1 mask of the operands' type (NaN compares false, except ne).
-elementwise("lt", 2, _compare(np.less), cheap=True)
-elementwise("le", 2, _compare(np.less_equal), cheap=True)
-elementwise("gt", 2, _compare(np.greater), cheap=True)
-elementwise("ge", 2, _compare(np.greater_equal), cheap=True)
-elementwise("eq", 2, _compare(np.equal), cheap=True)
-elementwise("ne", 2, _compare(np.not_equal), cheap=True)
+elementwise("lt", 2, _compare("less"), cheap=True)
+elementwise("le", 2, _compare("less_equal"), cheap=True)
+elementwise("gt", 2, _compare("greater"), cheap=True)
+elementwise("ge", 2, _compare("greater_equal"), cheap=True)
+elementwise("eq", 2, _compare("equal"), cheap=True)
+elementwise("ne", 2, _compare("not_equal"), cheap=True)
 # where(c, a, b): a where c != 0, else b (a NaN condition selects a).
 elementwise("where", 3, _where, cheap=True)
 
@@ -345,7 +355,7 @@ register(OpSpec("colshift", 2, "broadcast", _second, _check_col_broadcast, 1, ch
                 reference=lambda v, a: a + v[None, :]))
 register(OpSpec("outer", 2, "broadcast", _outer_axes, _check_outer, 1, cheap=True,
                 reference=lambda s, v: s[:, None] * v[None, :]))
-register(OpSpec("dot", 2, "dot", _dot_axes, _check_dot, 2, _dot_work, reference=np.matmul))
+register(OpSpec("dot", 2, "dot", _dot_axes, _check_dot, 2, _dot_work, reference=lambda a, b: np.matmul(a, b)))
 register(OpSpec("transpose", 1, "layout", _transpose_axes, _check_one_block, cheap=True,
                 reference=lambda a: a.T))
 # Rotary embeddings (rotate-half convention): concat(-x2, x1) of the two halves of
