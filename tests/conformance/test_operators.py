@@ -360,3 +360,25 @@ def test_gelu_and_erf_are_accurate_in_their_tails(backend):
     np.testing.assert_allclose(out["G"], 0.5 * x * erfc(-x / math.sqrt(2.0)),
                                rtol=2e-6, atol=1e-37)
     np.testing.assert_allclose(out["E"], MATH["erf"](x), rtol=2e-6, atol=0)
+
+
+def test_where_and_comparisons_on_row_vectors(run, rng):
+    x = f32(rng.normal(size=SHAPE))
+    out = run("""
+        program v
+        dim M = 7 block 3
+        dim N = 5 block 2
+        input X[M, N]
+        output R[M]
+        output Y[M, N]
+        kernel k for i in M:
+          R[i] = where(gt(sum(j in N: rowsum(X[i, j])), 0.0), sum(j in N: rowsum(X[i, j])),
+                       neg(max(j in N: rowmax(X[i, j]))))
+        kernel y for i in M, j in N:
+          Y[i, j] = rowscale(where(ge(R[i], 1.0), R[i], 0.5), relu(X[i, j]))
+        """, X=x)
+    s = x.sum(axis=1)
+    r = np.where(s > 0, s, -x.max(axis=1))
+    np.testing.assert_allclose(out["R"], r, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["Y"], np.where(r >= 1, r, 0.5)[:, None] * np.maximum(x, 0),
+                               rtol=1e-5, atol=1e-6)
