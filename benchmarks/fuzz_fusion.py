@@ -31,6 +31,7 @@ smaller dimensions) and printed. The fuse time of every program is summarised.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 import traceback
@@ -41,12 +42,42 @@ import numpy as np
 import blockbuster as bb
 from blockbuster.errors import BlockbusterError
 from blockbuster.frontend.builder import GraphBuilder
+from blockbuster.ir import ops
 
 CLASSES = ("wrong", "unfused_wrong", "nonfinite", "exception", "error", "bytes")
 SCALES = {"normal": (1.0, 0.0), "large": (100.0, 0.0), "offset": (1.0, 1000.0)}
 EPS32 = float(np.finfo(np.float32).eps)
-UNARY = ("exp", "neg", "tanh", "sigmoid", "silu", "square", "abs")
-POSITIVE = ("log", "sqrt", "rsqrt")          # applied to |x| + 1
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _one(x):
+    return x.dtype.type(1)
+
+
+def _dt(f):
+    """A float64 math function applied in the operand's dtype."""
+    return lambda x: f(x).astype(x.dtype)
+
+
+# The independent yardstick for each unary operator, from the math, in the operand's
+# dtype. The fuzzer draws from every registered unary operator (the registry's
+# ``domain`` says which take any real and which get |x| + 1): each needs a line here.
+UNARY_MATH = {
+    "exp": np.exp, "neg": np.negative, "tanh": np.tanh, "abs": np.abs, "square": np.square,
+    "sigmoid": lambda x: _one(x) / (_one(x) + np.exp(-x)),
+    "silu": lambda x: x / (_one(x) + np.exp(-x)),
+    "ones": np.ones_like,
+    "relu": lambda x: np.where(x > 0, x, x.dtype.type(0)),
+    "erf": _dt(_ERF),
+    "gelu": _dt(lambda x: x * 0.5 * (1.0 + _ERF(x / math.sqrt(2.0)))),
+    "gelu_tanh": _dt(lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
+                                                        * (x + 0.044715 * x ** 3)))),
+    "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda y: _one(y) / np.sqrt(y),
+    "recip": lambda y: _one(y) / y,
+}
+UNARY = tuple(n for n in ops.UNARY if ops.OPS[n].domain == "real")
+POSITIVE = tuple(n for n in ops.UNARY if ops.OPS[n].domain == "positive")  # of |x| + 1
+_MISSING = sorted(set(UNARY + POSITIVE) - set(UNARY_MATH))
 
 
 # --------------------------------------------------------------------------------------
@@ -243,15 +274,9 @@ def evaluate(spec: Spec, inputs: dict[int, np.ndarray], dtype) -> dict[int, np.n
             elif n.kind == "matmul":
                 out = a[0] @ (a[1].T if n.param else a[1])
             elif n.kind == "unary":
-                x = a[0]
-                out = {"exp": np.exp, "neg": np.negative, "tanh": np.tanh, "abs": np.abs,
-                       "square": np.square,
-                       "sigmoid": lambda x: one / (one + np.exp(-x)),
-                       "silu": lambda x: x / (one + np.exp(-x))}[n.param](x)
+                out = UNARY_MATH[n.param](a[0])
             elif n.kind == "positive":
-                y = np.abs(a[0]) + one
-                out = {"log": np.log, "sqrt": np.sqrt,
-                       "rsqrt": lambda y: one / np.sqrt(y)}[n.param](y)
+                out = UNARY_MATH[n.param](np.abs(a[0]) + one)
             elif n.kind == "scalar":
                 op, c = n.param
                 out = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
@@ -526,6 +551,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max-ops", type=int, default=10, help="operations per program, at most")
     ap.add_argument("--no-minimise", action="store_true")
     args = ap.parse_args(argv)
+    if _MISSING:
+        print(f"fuzz_fusion: no float64 yardstick for registered operators {_MISSING}: "
+              "add them to UNARY_MATH", file=sys.stderr)
+        return 2
     backends = [b for b in args.backends.split(",") if b]
     for b in backends:
         try:

@@ -180,13 +180,18 @@ class Backend:
     ``hardware`` (required) describes the machine the backend runs on, for the cost
     model: fusion for this backend prices and decides with it (``blockbuster.fuse(p,
     hardware=backend)``, ``blockbuster run/show --backend``). ``compile_fn(program,
-    **options)`` returns a :data:`Runner`.
+    **options)`` returns a :data:`Runner`. ``lowered_ops``/``lowered_combiners``: the
+    registry entries (``blockbuster.ir.ops.OPS``, ``blockbuster.ir.combiners.COMBINERS``)
+    this backend has a lowering for, read from the backend's own lowering table; the
+    conformance suite requires all of them.
     """
 
     name: str
     description: str
     compile_fn: Callable[..., Runner] = attrs.field(repr=False)
     hardware: Hardware = attrs.field(validator=attrs.validators.instance_of(Hardware))
+    lowered_ops: frozenset = frozenset()
+    lowered_combiners: frozenset = frozenset()
 
     def compile(self, program: Program, **options) -> CompiledProgram:
         start = time.perf_counter()

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Callable
 
 import numpy as np
 
 from ..cost.hardware import DEFAULT_HARDWARE
 from ..errors import BackendError
+from ..ir.combiners import COMBINERS
 from ..ir.expr import Expr
 from ..ir.index import evaluate
+from ..ir.ops import OPS
 from ..ir.printer import format_expr
 from ..ir.program import Kernel, Program, Store
 from ..ir.types import Dim
@@ -30,53 +31,14 @@ from .base import Arrays, Backend, Runner
 
 NEG_INF = -math.inf
 
+# Block operators are plain functions of their argument values: their semantics are
+# the registry's (``OpSpec.reference``). What the evaluator runs itself (they need
+# the environment, not only values):
+_STRUCTURAL = frozenset({"load", "const", "pos", "runmax", "proj", "get", "map", "reduce"})
+
 # Fresh identities for runmax bindings: a memo key must change whenever the running
 # max a term sees changes, even when the block index does not (nested loops).
 _TOKENS = itertools.count(1)
-
-
-def _sigmoid(x):
-    return np.exp(-np.logaddexp(0, -x))  # no overflow for large |x|
-
-
-def _keep_ge(p, q, a):
-    return np.where(p[:, None] >= q[None, :], a, np.asarray(NEG_INF, a.dtype))
-
-
-def _rotate_half(x):
-    c = x.shape[1]
-    if c % 2:
-        raise BackendError(f"rotate_half needs an even number of columns, got {c}")
-    return np.concatenate([-x[:, c // 2:], x[:, : c // 2]], axis=1)
-
-
-def _relabel(p, a):
-    if p.shape[0] != a.shape[1]:
-        raise BackendError(f"relabel: a block with {a.shape[1]} columns cannot take "
-                           f"{p.shape[0]} positions")
-    return a
-
-
-#: Operators that are plain functions of their argument values (no env needed).
-PURE: dict[str, Callable] = {
-    "neg": np.negative, "exp": np.exp, "log": np.log, "recip": lambda x: 1 / x,
-    "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "square": np.square,
-    "abs": np.abs, "silu": lambda x: x * _sigmoid(x), "sigmoid": _sigmoid,
-    "tanh": np.tanh, "ones": np.ones_like,
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "max": np.maximum, "min": np.minimum,
-    "rowscale": lambda s, a: s[:, None] * a,
-    "rowshift": lambda s, a: a + s[:, None],
-    "colscale": lambda v, a: a * v[None, :],
-    "colshift": lambda v, a: a + v[None, :],
-    "outer": lambda s, v: s[:, None] * v[None, :],
-    "dot": np.matmul,
-    "transpose": lambda a: a.T,
-    "rowsum": lambda a: a.sum(axis=1), "rowmax": lambda a: a.max(axis=1),
-    "colsum": lambda a: a.sum(axis=0), "colmax": lambda a: a.max(axis=0),
-    "keep_ge": _keep_ge,
-    "rotate_half": _rotate_half, "relabel": _relabel,
-}
 
 
 # --- helpers on values (blocks, map arrays, tuples) ----------------------------
@@ -188,9 +150,9 @@ class Evaluator:
     # -- expressions ---------------------------------------------------------------
     def _eval(self, node: Expr, env: dict):
         op = node.op
-        fn = PURE.get(op)
-        if fn is not None:
-            return fn(*(self.value(a, env) for a in node.args))
+        spec = OPS.get(op)
+        if spec is not None and spec.reference is not None:
+            return spec.reference(*(self.value(a, env) for a in node.args))
         if op == "load":
             return self._load(node, env)
         if op == "const":
@@ -254,9 +216,7 @@ class Evaluator:
         probe = self._shape_probe
         probe.memo = {}
         outs = probe._combine(node, env, range(0, 1))
-        fills = {"max": [NEG_INF] * len(outs),
-                 "online_softmax": [NEG_INF] + [0.0] * (len(outs) - 1)}
-        fill = fills.get(node.attr.combiner, [0.0] * len(outs))  # sum, meanvar: zeros
+        fill = COMBINERS[node.attr.combiner].identity(len(outs))
         return [_fill(o, f, self.dtype) for o, f in zip(outs, fill)]
 
     # Each combiner folds bodies block by block. online_softmax and meanvar have a
@@ -362,4 +322,7 @@ backend = Backend(
     description="NumPy reference interpreter (block by block, exactly as the IR says)",
     compile_fn=compile_program,
     hardware=DEFAULT_HARDWARE,
+    lowered_ops=frozenset(n for n, s in OPS.items() if s.reference) | _STRUCTURAL,
+    lowered_combiners=frozenset(n[len("_combine_"):] for n in vars(Evaluator)
+                                if n.startswith("_combine_")),
 )

@@ -30,10 +30,13 @@ parallel instances: with ``n`` instances on ``c`` cores they run in ``ceil(n / c
 waves, so compute and local time are divided by the fraction ``n / (c · ceil(n / c))``
 of the cores kept busy. The global bandwidth is the machine's, shared, and not scaled.
 
-FLOPs per execution of a node (``n`` = elements of the result, actual extents):
+FLOPs per execution of a node (``n`` = elements of the result, actual extents); the
+figures are the registry's (``OpSpec.flops``/``work_axes`` in :mod:`blockbuster.ir.ops`,
+``Combiner.head_flops``/``passenger_flops`` in :mod:`blockbuster.ir.combiners`), and so
+are the result shapes (``OpSpec.result_axes``, ``Combiner.head_axes``):
 
-* elementwise unary/binary ops, broadcasts, ``outer``, ``keep_ge``: ``n``;
-  ``exp``/``log``/``rsqrt``... count 1 per element like ``add``;
+* elementwise ops (any arity: comparisons and ``where`` too), broadcasts, ``outer``,
+  ``keep_ge``: ``n``; ``exp``/``log``/``gelu``... count 1 per element like ``add``;
 * ``dot`` of ``R×K`` by ``K×C``: ``2·R·K·C``; ``transpose``, ``relabel``, ``proj``,
   ``map``, leaves: 0; ``rotate_half``: ``n / 2`` (the negated half);
 * ``rowsum``/``rowmax``/``colsum``/``colmax``: the elements of the operand;
@@ -404,34 +407,14 @@ class _KernelCounter:
         return self._operator(node, [self.visit(a, at) for a in node.args], at)
 
     def _operator(self, node: Expr, args: list, at: Chain):
-        kind = OPS[node.op].kind
-        if kind == "unary":
-            shape = args[0]
-        elif kind == "binary":
-            shape = args[0] if args[0].axes else args[1]   # a scalar broadcasts
-        elif node.op == "outer":
-            shape = BlockShape((args[0].axes[0], args[1].axes[0]))
-        elif kind in ("broadcast", "mask"):
-            shape = args[-1]                                # the block operand
-        elif kind == "dot":
-            (r, k), (_, c) = args[0].axes, args[1].axes
-            self.flops += 2 * self.sums.count(tuple(f.loop for f in at), (r, k, c))
-            return BlockShape((r, c))
-        elif kind == "layout":                              # transpose: no arithmetic
-            return BlockShape(args[0].axes[::-1])
-        elif kind == "permute":                             # rotate_half: negate half
-            shape = args[0]
-            self.flops += self._elements(shape, at) // 2
-            return shape
-        elif kind == "relabel":                             # a view: no arithmetic
-            return BlockShape((args[1].axes[0], args[0].axes[0]))
-        elif kind in ("rowreduce", "colreduce"):
-            self.flops += self._elements(args[0], at)
-            return BlockShape((args[0].axes[0 if kind == "rowreduce" else 1],))
-        else:
-            raise IRError(f"cost model: no rule for operator '{node.op}' (kind {kind})")
-        self.flops += self._elements(shape, at)
-        return shape
+        """Shape and FLOPs of a block operator, both from its registry entry."""
+        spec = OPS[node.op]
+        if spec.result_axes is None:
+            raise IRError(f"cost model: no shape rule for operator '{node.op}'")
+        axes = [a.axes for a in args]
+        loops = tuple(f.loop for f in at)
+        self.flops += spec.flops_of(axes, lambda work: self.sums.count(loops, work))
+        return BlockShape(tuple(spec.result_axes(axes)))
 
     def _enter(self, node: Expr, at: Chain, dim: str, lo=None, hi=None) -> Chain:
         """``at`` plus the loop that ``node`` (a reduce or map) binds."""
@@ -454,13 +437,8 @@ class _KernelCounter:
         inner = self._binder_context(node, at)
         bodies = [self.visit(b, inner) for b in node.args]
         self.flops += self._combine_flops(node, comb, bodies, inner)
-        head = bodies[: comb.head]
-        if a.combiner == "online_softmax":
-            outs = [rows(head[0])]
-        elif a.combiner == "meanvar":
-            outs = [SCALAR, rows(head[0]), rows(head[0])]
-        else:
-            outs = list(head)
+        outs = [BlockShape(tuple(ax))
+                for ax in comb.head_axes([b.axes for b in bodies[: comb.head]])]
         outs = [forget(s, inner[-1].loop.name) for s in outs + bodies[comb.head:]]
         return outs[0] if len(outs) == 1 else TupleShape(tuple(outs))
 
@@ -468,10 +446,9 @@ class _KernelCounter:
         """FLOPs of folding one step's bodies into the accumulators, over all steps."""
         count = lambda s: self._elements(s, inner)     # noqa: E731
         flops = 0
-        if comb.name == "online_softmax":
-            flops += count(bodies[0]) + 3 * count(rows(bodies[0]))
-        elif comb.name == "meanvar":
-            flops += 4 * count(bodies[0]) + 8 * count(rows(bodies[0]))
+        if comb.head:
+            per_element, per_row = comb.head_flops
+            flops += per_element * count(bodies[0]) + per_row * count(rows(bodies[0]))
         var = node.attr.var
         for body, shape in zip(node.args[comb.head:], bodies[comb.head:]):
             # A dot computed in this step (alone or as each element of a map) already
@@ -480,7 +457,7 @@ class _KernelCounter:
                 body = body.args[0]
             fused = (comb.passenger != "max" and body.op == "dot"
                      and var in body.free_vars)
-            per_element = {"scaled_sum": 2, "sum": 1, "max": 1}[comb.passenger] - fused
+            per_element = comb.passenger_flops - fused
             flops += per_element * count(shape)
         return flops
 

@@ -184,6 +184,87 @@ class GraphBuilder:
             return E.call("mul", total, E.const(1.0 / self.dims[rows].size)) if mean else total
         return self._emit("colmean" if mean else f"col{combiner}", (cols,), value, name)
 
+    def col_sum(self, a: Tensor, name: str | None = None) -> Tensor:
+        """The sum of each column over the rows of ``a[R, C]``: a vector over C."""
+        return self.col_reduce("sum", a, name=name)
+
+    def col_max(self, a: Tensor, name: str | None = None) -> Tensor:
+        return self.col_reduce("max", a, name=name)
+
+    def col_mean(self, a: Tensor, name: str | None = None) -> Tensor:
+        return self.col_reduce("sum", a, mean=True, name=name)
+
+    # -- elementwise operators -------------------------------------------------------
+    # Any registered elementwise operator also works as ``unary(op, x)`` or
+    # ``binary(op, a, b)``; these name the common ones.
+    def relu(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("relu", x, name)
+
+    def gelu(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``x·½(1 + erf(x/√2))``."""
+        return self.unary("gelu", x, name)
+
+    def gelu_tanh(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``½x(1 + tanh(√(2/π)(x + 0.044715x³)))``."""
+        return self.unary("gelu_tanh", x, name)
+
+    def erf(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("erf", x, name)
+
+    def tanh(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("tanh", x, name)
+
+    def sigmoid(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("sigmoid", x, name)
+
+    def log(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("log", x, name)
+
+    def maximum(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        """Elementwise max (a NaN operand gives NaN, as ``np.maximum``)."""
+        return self.binary("max", a, b, name)
+
+    def minimum(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("min", a, b, name)
+
+    # Comparisons: a 0/1 mask of the operands' type, for ``where``.
+    def lt(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("lt", a, b, name)
+
+    def le(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("le", a, b, name)
+
+    def gt(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("gt", a, b, name)
+
+    def ge(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("ge", a, b, name)
+
+    def eq(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("eq", a, b, name)
+
+    def ne(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("ne", a, b, name)
+
+    def where(self, cond: Tensor, a: Tensor | float, b: Tensor | float,
+              name: str | None = None) -> Tensor:
+        """``a`` where ``cond`` is not 0, else ``b``; ``a`` or ``b`` may be a number.
+        Tensors must have ``cond``'s dimensions."""
+        if not isinstance(cond, Tensor):
+            raise UsageError("where: the condition must be a tensor")
+        for t in (a, b):
+            if isinstance(t, Tensor) and t.dims != cond.dims:
+                raise IRError(f"where: {t.name}{list(t.dims)} does not match the "
+                              f"condition {cond.name}{list(cond.dims)}")
+            if not isinstance(t, (Tensor, int, float)):
+                raise UsageError(f"where: operands must be tensors or numbers, got {t!r}")
+
+        def operand(t, vars_):
+            return self._load(t, *vars_) if isinstance(t, Tensor) else E.const(float(t))
+
+        return self._emit("where", cond.dims, lambda *v: E.call(
+            "where", self._load(cond, *v), operand(a, v), operand(b, v)), name)
+
     # -- composites (several kernels each) -------------------------------------
     def softmax(self, x: Tensor) -> Tensor:
         m = self.row_reduce("max", x)

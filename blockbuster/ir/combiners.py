@@ -1,4 +1,4 @@
-"""Combiners of ``reduce``: how a sequential reduction folds its per-block terms.
+"""The combiner registry: how a sequential ``reduce`` folds its per-block terms.
 
 A combiner has a *head* (a fixed number of bodies with state of its own, e.g. the
 logits whose running max it tracks) followed by any number of *passenger* bodies,
@@ -19,29 +19,47 @@ by concatenating passengers (``merge_reductions``), whatever the combiner.
                    from the row mean, merged block by block with Chan's update (never
                    ``E[x²] - E[x]²``). Passengers are plain sums.
 
-The semantics live in the backends; ``blockbuster.backends.reference`` is definitive.
+One entry (:class:`Combiner`) holds what the verifier, the rewrite actions and the
+cost model need: head size, head output shapes (generic over axes, like
+:meth:`.ops.OpSpec.result_axes`), how passengers accumulate, FLOPs per step and the
+identity (the outputs of an empty range). The fold itself is backend code: the
+reference interpreter's ``Evaluator._combine_<name>`` is definitive; a backend lists
+the combiners it lowers (``Backend.lowered_combiners``) and the conformance suite
+checks that it lowers every one registered here.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import attrs
 
 from .ops import OpTypeError
-from .types import SCALAR, ArrayType, BlockType
+from .types import ArrayType, BlockType
+
+#: How a passenger accumulates -> (FLOPs per element per step, identity element).
+PASSENGERS = {"sum": (1, 0.0), "max": (1, -math.inf), "scaled_sum": (2, 0.0)}
 
 
 @attrs.frozen
 class Combiner:
     name: str
-    head: int                               # bodies with combiner-specific state
-    head_types: Callable[[Sequence], list]  # head body types -> head output types
-    passenger: str                          # how passengers accumulate: sum, max, scaled_sum
+    head: int                                # bodies with combiner-specific state
+    head_axes: Callable[[Sequence[tuple]], list]   # head bodies' axes -> outputs' axes
+    passenger: str                           # how passengers accumulate: see PASSENGERS
     min_passengers: int
+    head_outputs: int = 0
+    head_identity: tuple = ()                # each head output's value on an empty range
+    # FLOPs per step of the head, per element of the head body and per row of it.
+    head_flops: tuple[int, int] = (0, 0)
+    check_head: Callable[[Sequence], None] | None = None   # types -> None | raise
 
     def output_types(self, types: Sequence) -> list:
-        outs = self.head_types(types[: self.head])
+        head = types[: self.head]
+        if self.check_head is not None:
+            self.check_head(head)
+        outs = [BlockType(tuple(a)) for a in self.head_axes([t.axes for t in head])]
         for t in types[self.head:]:
             if self.passenger == "max" and not isinstance(t, BlockType):
                 raise OpTypeError(f"max cannot accumulate {t}")
@@ -51,33 +69,43 @@ class Combiner:
         return outs
 
     @property
-    def head_outputs(self) -> int:
-        return {"sum": 0, "max": 0, "online_softmax": 1, "meanvar": 3}[self.name]
+    def passenger_flops(self) -> int:
+        """FLOPs per element of a passenger, per step."""
+        return PASSENGERS[self.passenger][0]
+
+    def identity(self, outputs: int) -> list[float]:
+        """The fill value of each of ``outputs`` outputs of an empty reduction."""
+        fill = PASSENGERS[self.passenger][1]
+        return list(self.head_identity) + [fill] * (outputs - self.head_outputs)
 
     def arity_ok(self, nbodies: int) -> bool:
         return nbodies >= self.head + self.min_passengers
 
 
-def _row_block(t, what):
-    if not (isinstance(t, BlockType) and len(t.axes) == 2):
-        raise OpTypeError(f"{what} must be a 2-D block, got {t}")
-    return t
+def _row_block(what):
+    def check(ts):
+        t = ts[0]
+        if not (isinstance(t, BlockType) and len(t.axes) == 2):
+            raise OpTypeError(f"{what} must be a 2-D block, got {t}")
+    return check
 
 
-def _online_softmax_head(ts):
-    return [BlockType((_row_block(ts[0], "online_softmax logits").axes[0],))]
-
-
-def _meanvar_head(ts):
-    row = BlockType((_row_block(ts[0], "meanvar operand").axes[0],))
-    return [SCALAR, row, row]
+def _no_head(axes):
+    return []
 
 
 COMBINERS: dict[str, Combiner] = {
     c.name: c for c in (
-        Combiner("sum", 0, lambda ts: [], "sum", 1),
-        Combiner("max", 0, lambda ts: [], "max", 1),
-        Combiner("online_softmax", 1, _online_softmax_head, "scaled_sum", 1),
-        Combiner("meanvar", 1, _meanvar_head, "sum", 0),
+        Combiner("sum", 0, _no_head, "sum", 1),
+        Combiner("max", 0, _no_head, "max", 1),
+        # head x (R×C): row max, new running max, exp of the difference.
+        Combiner("online_softmax", 1, lambda ax: [tuple(ax[0][:1])], "scaled_sum", 1,
+                 head_outputs=1, head_identity=(-math.inf,), head_flops=(1, 3),
+                 check_head=_row_block("online_softmax logits")),
+        # head x: block row sums, squared deviations from the block mean and their sum;
+        # Chan's merge of count, mean and deviations.
+        Combiner("meanvar", 1, lambda ax: [(), tuple(ax[0][:1]), tuple(ax[0][:1])], "sum", 0,
+                 head_outputs=3, head_identity=(0.0, 0.0, 0.0), head_flops=(4, 8),
+                 check_head=_row_block("meanvar operand")),
     )
 }

@@ -118,7 +118,7 @@ class TypeChecker:
             self._fail(e, where, f"'{op}' cannot take a multi-output reduction or a map "
                                  "array (use proj, or push the operation into the map)")
         try:
-            return OPS[op].rule(arg_types, e.attr)
+            return OPS[op].result_type(arg_types, e.attr)
         except OpTypeError as err:
             self._fail(e, where, f"{op}: {err}")
 

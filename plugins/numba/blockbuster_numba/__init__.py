@@ -29,6 +29,7 @@ from blockbuster.ir.verify import verify
 
 from .codegen import generate_source
 from .hardware import cpu_hardware, describe
+from .lowering import LOWERED_COMBINERS, LOWERED_OPS
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -84,6 +85,8 @@ def make_backend(hardware: Hardware | None = None) -> NumbaBackend:
                     f"({describe(hw)})",
         compile_fn=functools.partial(compile_program, hardware=hw),
         hardware=hw,
+        lowered_ops=LOWERED_OPS,
+        lowered_combiners=LOWERED_COMBINERS,
     )
 
 

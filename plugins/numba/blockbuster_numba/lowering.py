@@ -1,24 +1,28 @@
-"""How the Numba backend lowers each registered operator: one table entry per op.
+"""How the Numba backend lowers each registered operator and combiner: its one table.
 
-Elementwise operators become scalar expression templates (``{0}``, ``{1}`` are the
-operands' element expressions) that the generator inlines into its loops; helper
-names (``exp_``, ``silu_``, ...) resolve per dtype through :data:`.runtime.HELPERS`.
-Block operators with a loop structure of their own (``dot``, in-block reductions,
-broadcasts, layout) are lowered by the generator's methods; they are listed here so
-that one place says which operators this backend supports.
+The registry (``blockbuster.ir.ops.OPS``, ``blockbuster.ir.combiners.COMBINERS``) says
+what an operator is; this module says only what it becomes here. Adding an
+elementwise operator to this backend is one line of :data:`ELEMENTWISE_CODE`.
+
+* Elementwise operators are scalar expression templates (``{0}``, ``{1}``, ``{2}``
+  are the operands' element expressions; a scalar operand broadcasts) that the
+  generator inlines into its loops. Helper names (``exp_``, ``silu_``, ...) resolve
+  per dtype through :data:`.runtime.HELPERS`; ``ONE``, ``ZERO``, ``NEG_INF`` are
+  constants of the generated module's dtype.
+* Block operators with a loop structure of their own, leaves, binders and combiners
+  are lowered by the generator; they are listed with the name of what lowers them,
+  so that this one place says what the backend supports
+  (``Backend.lowered_ops``/``lowered_combiners``; the conformance suite fails when
+  a registered operator or combiner is missing here).
 """
 
 from __future__ import annotations
 
-#: In-block reductions: computed in the loop that materialises their operand.
-INBLOCK = ("rowsum", "rowmax", "colsum", "colmax")
+from blockbuster.ir.ops import OPS
 
-#: Elementwise operators cheap enough to recompute rather than store when a value
-#: is used twice: one arithmetic operation on values already in registers or memory.
-CHEAP = frozenset({"neg", "add", "sub", "mul", "max", "min", "rowscale", "rowshift",
-                   "colscale", "colshift", "outer", "transpose", "pos"})
+from .runtime import HELPERS
 
-UNARY_CODE = {
+ELEMENTWISE_CODE = {
     "neg": "(-{0})",
     "exp": "exp_({0})",
     "log": "math.log({0})",
@@ -31,19 +35,64 @@ UNARY_CODE = {
     "sigmoid": "sigmoid_({0})",
     "tanh": "math.tanh({0})",
     "ones": "ONE",
-}
-BINARY_CODE = {
+    "relu": "maximum_({0}, ZERO)",
+    "erf": "math.erf({0})",
+    "gelu": "gelu_({0})",
+    "gelu_tanh": "gelu_tanh_({0})",
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
     "mul": "({0} * {1})",
     "div": "({0} / {1})",
     "max": "maximum_({0}, {1})",
     "min": "minimum_({0}, {1})",
+    "lt": "(ONE if {0} < {1} else ZERO)",
+    "le": "(ONE if {0} <= {1} else ZERO)",
+    "gt": "(ONE if {0} > {1} else ZERO)",
+    "ge": "(ONE if {0} >= {1} else ZERO)",
+    "eq": "(ONE if {0} == {1} else ZERO)",
+    "ne": "(ONE if {0} != {1} else ZERO)",
+    "where": "({1} if {0} != ZERO else {2})",
 }
 
+#: Block operators -> the generator code that lowers them.
+BLOCK_CODE = {
+    "dot": "emit_dot",
+    "rowsum": "emit_inblock_reduce", "rowmax": "emit_inblock_reduce",
+    "colsum": "emit_inblock_reduce", "colmax": "emit_inblock_reduce",
+    "rowscale": "ew_op", "rowshift": "ew_op", "colscale": "ew_op", "colshift": "ew_op",
+    "outer": "ew_op", "keep_ge": "ew_op", "transpose": "ew_op", "relabel": "ew_op",
+    "rotate_half": "ew_op",
+}
+
+#: Leaves and binders -> the generator code that lowers them.
+STRUCTURAL_CODE = {
+    "load": "emit_load", "const": "const", "pos": "value", "runmax": "value",
+    "proj": "value", "get": "emit_get", "map": "emit_map", "reduce": "emit_reduce",
+}
+
+#: Combiners -> the generator's fold (``_reduce_<name>``).
+COMBINER_CODE = {
+    "sum": "_reduce_sum", "max": "_reduce_max",
+    "online_softmax": "_reduce_online_softmax", "meanvar": "_reduce_meanvar",
+}
+
+LOWERED_OPS = frozenset(ELEMENTWISE_CODE) | frozenset(BLOCK_CODE) | frozenset(STRUCTURAL_CODE)
+LOWERED_COMBINERS = frozenset(COMBINER_CODE)
+
+# Views of the tables by arity, as the generator reads them.
+UNARY_CODE = {n: c for n, c in ELEMENTWISE_CODE.items() if OPS[n].arity == 1}
+BINARY_CODE = {n: c for n, c in ELEMENTWISE_CODE.items() if OPS[n].arity == 2}
+#: Elementwise operators of two or more operands (scalar operands broadcast).
+NARY_CODE = {n: c for n, c in ELEMENTWISE_CODE.items() if OPS[n].arity >= 2}
+
+#: In-block reductions: computed in the loop that materialises their operand.
+INBLOCK = tuple(n for n, s in OPS.items() if s.kind in ("rowreduce", "colreduce"))
+
+#: Operators cheap enough to recompute rather than store when a value is used twice
+#: (the registry's ``cheap``: one arithmetic operation on values at hand).
+CHEAP = frozenset(n for n, s in OPS.items() if s.cheap)
+
 #: Names the generated module defines or imports; never used for locals.
-MODULE_NAMES = {"np", "math", "njit", "prange", "DT", "ONE", "ZERO", "NEG_INF", "exp_",
-                "sigmoid_", "silu_", "square_", "maximum_", "minimum_", "opaque_", "FASTMATH", "run", "KERNELS", "r", "c",
-                 "range", "min", "max", "abs", "len", "print", "inputs", "it"}
-
-
+MODULE_NAMES = {"np", "math", "njit", "prange", "DT", "ONE", "ZERO", "NEG_INF", "square_",
+                "FASTMATH", "run", "KERNELS", "r", "c", "range", "min", "max", "abs", "len",
+                "print", "inputs", "it"} | set(HELPERS["float32"]) | set(HELPERS["float64"])

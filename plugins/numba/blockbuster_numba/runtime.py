@@ -1,5 +1,6 @@
 """Scalar helpers the generated kernels call: a vectorisable ``exp`` and the
-operators that are more than one arithmetic expression (``silu``, ``sigmoid``).
+operators that are more than one arithmetic expression (``silu``, ``sigmoid``,
+``gelu``, ``gelu_tanh``).
 
 They are ordinary ``@njit`` functions of one element; LLVM inlines them into the
 generated loops, so a loop over a block calling ``exp32`` vectorises (``math.exp``
@@ -157,6 +158,76 @@ def silu32(x):
     return x / (_ONE + exp32(-x))
 
 
+_HALF = np.float32(0.5)
+_SQRT_HALF = np.float32(0.7071067811865476)        # 1/√2
+_GELU_K2 = np.float32(1.5957691216057308)          # 2·√(2/π)
+_GELU_C = np.float32(0.044715)
+_TWO = np.float32(2.0)
+_ERFC_ZERO = np.float32(14.2)        # erfc(14.2/√2) < 1e-45: 0 in float32 from here on
+_SPLIT = np.float32(4097.0)          # 2^12 + 1: Veltkamp's split of a float32
+_ERFC_P = tuple(np.float32(c) for c in (
+    0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+    0.09678418, 0.37409196, 1.00002368, -1.26551223))
+_E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9 = _ERFC_P
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy", inline="always")
+def erfc_sqrt_half32(a):
+    """erfc(a/√2) of a float32 a, within 5e-7 relative error wherever it is normal.
+
+    Numerical Recipes' erfcc (Chebyshev fit, fractional error < 1.2e-7):
+    erfc(z) = t·exp(-z² + P(t)), t = 1/(1 + z/2), z = |a|/√2; erfc(-z) = 2 - erfc(z).
+    Branch-free on exp32, so a loop calling it vectorises (~3.5x faster than libm's
+    ``math.erfc``). The exponent -a²/2 is taken from a itself, split exactly as
+    ah² + (2ah + al)·al (Veltkamp): rounding a/√2 or z² to float32 would cost
+    ~z²·2^-23 relative error (1e-5 at z = 6.5), which is all of gelu's tail.
+    """
+    m = abs(a)
+    t = _ONE / (_ONE + _HALF * (m * _SQRT_HALF))
+    p = _E0 * t + _E1
+    p = p * t + _E2
+    p = p * t + _E3
+    p = p * t + _E4
+    p = p * t + _E5
+    p = p * t + _E6
+    p = p * t + _E7
+    p = p * t + _E8
+    p = p * t + _E9
+    c = _SPLIT * m
+    mh = c - (c - m)                     # m's upper 12 bits: mh·mh is exact
+    ml = m - mh
+    r = t * exp32(-(_HALF * (mh * mh))) * exp32(p - _HALF * ((_TWO * mh + ml) * ml))
+    r = _ZERO if m > _ERFC_ZERO else r   # also m = inf, where the split is NaN
+    return _TWO - r if a < _ZERO else r
+
+
+# erfc_sqrt_half32 and gelu32 are inlined at Numba's level: as ordinary calls they
+# ran 5x slower in a loop (40 ns against 8 ns per element, a loop of gelu32 over 2^20
+# float32): the call was not inlined, so the loop did not vectorise.
+@njit(fastmath=set(FASTMATH), error_model="numpy", inline="always")
+def gelu32(x):
+    """x·½(1 + erf(x/√2)), written ½x·erfc(-x/√2): no cancellation in 1 + erf for
+    x < 0 (the reference computes the same); vectorisable (erfc_sqrt_half32)."""
+    return _HALF * x * erfc_sqrt_half32(-x)
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy", cache=True)
+def gelu_tanh32(x):
+    """½x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³), written x / (1 + exp(-2u)): the
+    same function, vectorisable (exp32), and no cancellation of 1 + tanh(u) for x < 0."""
+    return x / (_ONE + exp32(-(_GELU_K2 * (_GELU_C * x * x * x + x))))
+
+
+@njit(error_model="numpy", cache=True)
+def gelu64(x):
+    return 0.5 * x * math.erfc(-x * 0.7071067811865476)
+
+
+@njit(error_model="numpy", cache=True)
+def gelu_tanh64(x):
+    return x / (1.0 + math.exp(-(1.5957691216057308 * (0.044715 * x * x * x + x))))
+
+
 @njit(error_model="numpy", cache=True)
 def sigmoid64(x):
     return 1.0 / (1.0 + math.exp(-x))
@@ -175,7 +246,9 @@ def exp64(x):
 #: Helper names the generated code uses, per dtype: generic name -> function here.
 HELPERS = {
     "float32": {"exp_": "exp32", "sigmoid_": "sigmoid32", "silu_": "silu32",
+                "gelu_": "gelu32", "gelu_tanh_": "gelu_tanh32",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque"},
     "float64": {"exp_": "exp64", "sigmoid_": "sigmoid64", "silu_": "silu64",
+                "gelu_": "gelu64", "gelu_tanh_": "gelu_tanh64",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque"},
 }

@@ -16,7 +16,7 @@ from typing import Callable
 from blockbuster.errors import BackendError
 from blockbuster.ir.expr import Expr
 
-from ..lowering import BINARY_CODE, CHEAP, INBLOCK, UNARY_CODE
+from ..lowering import CHEAP, INBLOCK, NARY_CODE, UNARY_CODE
 from .place import memo_key
 from .values import Block, Nest, Sink, indent
 
@@ -55,9 +55,9 @@ def ew_op(g, v: Block, idx: tuple, nest: Nest) -> str:
 
     if op in UNARY_CODE:
         return UNARY_CODE[op].format(arg(0, idx))
-    if op in BINARY_CODE:
-        return BINARY_CODE[op].format(arg(0, idx if a[0].rank else ()),
-                                       arg(1, idx if a[1].rank else ()))
+    if op in NARY_CODE:       # a scalar operand broadcasts
+        return NARY_CODE[op].format(*(arg(i, idx if x.rank else ())
+                                      for i, x in enumerate(a)))
     if op == "rowscale":
         return f"({arg(0, idx[:1])} * {arg(1, idx)})"
     if op == "rowshift":

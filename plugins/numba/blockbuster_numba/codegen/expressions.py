@@ -13,10 +13,11 @@ elementwise operators become lazy blocks (:mod:`.elementwise`), ``reduce`` and
 from __future__ import annotations
 
 from blockbuster.errors import BackendError
+from blockbuster.ir.ops import OPS
 from blockbuster.ir.expr import Expr
 from blockbuster.ir.printer import format_expr
 
-from ..lowering import BINARY_CODE, INBLOCK, UNARY_CODE
+from ..lowering import INBLOCK
 from . import elementwise as ew
 from .maps import emit_map
 from .plan import planned_load
@@ -64,24 +65,13 @@ def emit(g, node: Expr, frame: Frame):
 
 
 def result_axes(op: str, args: list[Block]) -> tuple:
-    """The axes of elementwise/broadcast/layout operator ``op`` over ``args``."""
-    if op in UNARY_CODE:
-        return args[0].axes
-    if op in BINARY_CODE:
-        return args[0].axes if args[0].rank else args[1].axes
-    if op in ("rowscale", "rowshift", "colscale", "colshift"):
-        return args[1].axes
-    if op == "keep_ge":
-        return args[2].axes
-    if op == "outer":
-        return (args[0].axes[0], args[1].axes[0])
-    if op == "transpose":
-        return args[0].axes[::-1]
-    if op == "rotate_half":
-        return args[0].axes
-    if op == "relabel":       # a's values, its columns renamed to p's dimension
-        return (args[1].axes[0], args[0].axes[0])
-    raise BackendError(f"numba: no code for operator '{op}'")
+    """The axes of elementwise/broadcast/layout operator ``op`` over ``args``: the
+    registry's shape rule (one for the verifier, the cost model and this generator),
+    applied to the generator's axes."""
+    spec = OPS.get(op)
+    if spec is None or spec.result_axes is None:
+        raise BackendError(f"numba: no code for operator '{op}'")
+    return tuple(spec.result_axes([a.axes for a in args]))
 
 
 def emit_load(g, node: Expr, frame: Frame) -> Block:
