@@ -29,7 +29,8 @@ from blockbuster.ir.verify import verify
 
 from .codegen import generate_source
 from .hardware import cpu_hardware, describe
-from .lowering import LOWERED_COMBINERS, LOWERED_OPS
+from .codegen.reductions import COMBINE
+from .lowering import LOWERED_OPS
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -86,7 +87,7 @@ def make_backend(hardware: Hardware | None = None) -> NumbaBackend:
         compile_fn=functools.partial(compile_program, hardware=hw),
         hardware=hw,
         lowered_ops=LOWERED_OPS,
-        lowered_combiners=LOWERED_COMBINERS,
+        lowered_combiners=frozenset(COMBINE),   # the generator's folds
     )
 
 

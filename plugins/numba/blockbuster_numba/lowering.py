@@ -70,14 +70,7 @@ STRUCTURAL_CODE = {
     "proj": "value", "get": "emit_get", "map": "emit_map", "reduce": "emit_reduce",
 }
 
-#: Combiners -> the generator's fold (``_reduce_<name>``).
-COMBINER_CODE = {
-    "sum": "_reduce_sum", "max": "_reduce_max",
-    "online_softmax": "_reduce_online_softmax", "meanvar": "_reduce_meanvar",
-}
-
 LOWERED_OPS = frozenset(ELEMENTWISE_CODE) | frozenset(BLOCK_CODE) | frozenset(STRUCTURAL_CODE)
-LOWERED_COMBINERS = frozenset(COMBINER_CODE)
 
 # Views of the tables by arity, as the generator reads them.
 UNARY_CODE = {n: c for n, c in ELEMENTWISE_CODE.items() if OPS[n].arity == 1}

@@ -247,5 +247,7 @@ def reduce_meanvar(g, node, frame, inner, b, single, acc_axes):
     return outs
 
 
+#: Each combiner's fold: the one place this backend lowers a combiner (the backend
+#: reports these as its ``lowered_combiners``).
 COMBINE = {"sum": reduce_sum, "max": reduce_max, "online_softmax": reduce_online_softmax,
            "meanvar": reduce_meanvar}
