@@ -1,4 +1,4 @@
-"""How the Numba backend lowers each registered operator and combiner: its one table.
+"""How the Numba backend lowers each registered operator: its one table.
 
 The registry (``blockbuster.ir.ops.OPS``, ``blockbuster.ir.combiners.COMBINERS``) says
 what an operator is; this module says only what it becomes here. Adding an
@@ -9,11 +9,11 @@ elementwise operator to this backend is one line of :data:`ELEMENTWISE_CODE`.
   generator inlines into its loops. Helper names (``exp_``, ``silu_``, ...) resolve
   per dtype through :data:`.runtime.HELPERS`; ``ONE``, ``ZERO``, ``NEG_INF`` are
   constants of the generated module's dtype.
-* Block operators with a loop structure of their own, leaves, binders and combiners
-  are lowered by the generator; they are listed with the name of what lowers them,
-  so that this one place says what the backend supports
-  (``Backend.lowered_ops``/``lowered_combiners``; the conformance suite fails when
-  a registered operator or combiner is missing here).
+* Block operators with a loop structure of their own, leaves and binders are lowered
+  by the generator; they are listed with the name of what lowers them, so that this
+  one place says which operators the backend supports (``Backend.lowered_ops``; the
+  conformance suite fails when a registered operator is missing here). Combiners
+  are folded by ``codegen/reductions.py`` (its table ``COMBINE``).
 """
 
 from __future__ import annotations
