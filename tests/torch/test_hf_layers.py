@@ -81,21 +81,31 @@ def _rel(got, want):
     return float(np.max(np.abs(got - want)) / max(1.0, np.max(np.abs(want))))
 
 
+_IMPORTED: dict = {}
+
+
+def imported(name):
+    """(model, x, program, fused for numba) per model, built once per session: the
+    import and the fusion are the slow part, the checks below share them. ``x`` has
+    row means of 1e3 and a length (37) that is not a multiple of a block."""
+    if name not in _IMPORTED:
+        model = MODELS[name]().eval()
+        x = torch.randn(1, 37, 64) * 3 + 1e3
+        program = bb.from_torch(model, x)
+        _IMPORTED[name] = (model, x, program, bb.fuse(program, hardware="numba").program)
+    return _IMPORTED[name]
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_imports_and_matches_eager_unfused(name):
-    model = MODELS[name]().eval()
-    x = torch.randn(1, 37, 64)                        # 37: not a multiple of a block
-    program = bb.from_torch(model, x)
+    model, x, program, _ = imported(name)
     out = bb.compile(program)(x=x.numpy())[program.outputs[0]]
     assert _rel(out.reshape(1, 37, 64), _float64(model, x)) < 2e-5
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_fused_matches_eager_on_numba_with_large_row_means(name):
-    model = MODELS[name]().eval()
-    x = torch.randn(1, 37, 64) * 3 + 1e3              # row means of 1e3
-    program = bb.from_torch(model, x)
-    fused = bb.fuse(program, hardware="numba").program
+    model, x, program, fused = imported(name)
     assert len(fused.kernels) < len(program.kernels) // 2
     out = bb.compile(fused, backend="numba")(x=x.numpy())[program.outputs[0]]
     want = _float64(model, x)
@@ -106,11 +116,8 @@ def test_fused_matches_eager_on_numba_with_large_row_means(name):
 
 
 def test_llama_attention_is_causal_and_reads_no_score_matrix():
-    model = llama().eval()
-    x = torch.randn(1, 45, 64)
-    program = bb.from_torch(model, x)
-    fused = bb.fuse(program, hardware="numba").program
-    t = next(d for d in program.dims if d.size == 45)
+    _, _, program, fused = imported("llama")
+    t = next(d for d in program.dims if d.size == 37)
     inter = [a for a in fused.arrays if a.name not in fused.inputs + fused.outputs]
     assert not any(list(a.dims).count(t.name) >= 2 for a in inter)   # no T×T array
     assert "keep_ge" in bb.format_program(fused)

@@ -78,7 +78,7 @@ def test_new_input_size_recompiles():
     model = Block().eval()
     compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
     with torch.no_grad():
-        for t in (37, 53, 20):
+        for t in (37, 20):
             x = torch.randn(1, t, 48)
             assert _close(compiled(x), model(x))
 
