@@ -169,12 +169,18 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
         return arrays
 
     def oracle(inputs: dict) -> dict:
-        args = [torch.from_numpy(np.asarray(inputs[b.name], dtype=np.float64)
-                                 ).reshape(b.shape) for b in low.inputs]
+        args = [_like(torch.from_numpy(np.asarray(inputs[b.name], dtype=np.float64)
+                                       ).reshape(b.shape), by_name[b.name])
+                for b in low.inputs]
         out = _eager_float64(model, args)
         return {b.name: o.detach().numpy().reshape(program.shape(b.name))
                 for b, o in zip(low.outputs, out)}
     return Subject(label, "torch", program, make_inputs, oracle)
+
+
+def _like(t, example):
+    """float64 for floating inputs; integer inputs (token ids) keep their dtype."""
+    return t if example.dtype.is_floating_point else t.round().to(example.dtype)
 
 
 def _array(t) -> np.ndarray:

@@ -128,3 +128,23 @@ def test_unsupported_operator_names_the_op_and_the_model_line():
     msg = str(err.value)
     assert "aten.cumsum" in msg and "test_import_ops.py:" in msg
     assert "\n" not in msg
+
+
+def test_embedding_lookup_then_layer_norm():
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Embedding(300, 48)
+            self.ln = torch.nn.LayerNorm(48)
+
+        def forward(self, ids):
+            return self.ln(self.table(ids) * 100)
+    model = Embed().eval()
+    ids = torch.randint(0, 300, (2, 37))            # a batch of 2, ragged length
+    for fuse in (False, True):
+        got, _, _ = run_imported(model, ids, fuse=fuse)
+        m64 = Embed().double()
+        m64.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+        with torch.no_grad():
+            want = m64.eval()(ids).numpy()
+        assert max_rel_error(got[0], want) < 1e-5

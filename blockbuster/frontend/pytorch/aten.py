@@ -380,3 +380,29 @@ def absorbed_nodes(graph, dynamic) -> set:
 def _no_op(low, node, *args, **kwargs):
     """Checks torch.export records; nothing to compute."""
     return None
+
+
+@handles("embedding.default")
+def _embedding(low, node, weight, ids, padding_idx=-1, *rest):
+    """Rows of ``weight`` picked by ``ids``: a one-hot block times the table, summed
+    over the vocabulary's blocks. Exact (one product of 1 with the row, the rest 0)
+    and priced honestly by the cost model (T·V·E multiply-adds), with no operator a
+    backend lacks; ids are carried as floats (exact below 2^24)."""
+    if weight.rank != 2 or weight.axes[0] is None:
+        raise ImportError_("embedding: the table must be a 2-D weight")
+    if ids.loader is None:
+        raise ImportError_("embedding: constant ids")
+    k = low.k
+    vocab = weight.axes[0]
+    low.planner.mark_tiled(vocab)
+    for c in ids.axes[:-1]:         # [B, T] ids: the rows of the looked-up block are T's
+        if c is not None:
+            low.planner.mark_point(c)
+
+    def one_hot(index):
+        row = k.block(ids, index[:-1])
+        col = E.pos(low.planner.dim(vocab).name, index[-1])
+        return E.call("eq", E.call("outer", row, E.call("ones", col)),
+                      E.call("outer", E.call("ones", row), col))
+    hot = k.emit("one_hot", ids.shape + (weight.shape[0],), ids.axes + (vocab,), one_hot)
+    return k.matmul(hot, weight, node.name)
