@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import attrs
 
-from ...errors import UsageError
+from ..tensors.errors import TensorError
 from ...ir.types import Dim
 
 #: Block size of a tiled dimension nobody constrains (the builder's default).
 DEFAULT_BLOCK = 64
 
 
-class ImportError_(UsageError):
-    """A model cannot be imported (unsupported operator, layout or size). ``node``
-    names the graph node that could not be lowered, when one is to blame."""
-
-    def __init__(self, message: str, node: str | None = None):
-        super().__init__(message)
-        self.node = node
+#: A model cannot be imported (unsupported operator, layout or size); ``node`` names
+#: the graph node that could not be lowered. The tensor layer's error, so that what
+#: it raises while lowering a node is an import error too.
+ImportError_ = TensorError
 
 
 @attrs.define

@@ -17,9 +17,9 @@ from ...ir.program import Program, dims_named_by
 from ...ir.verify import verify
 from . import aten
 from .capture import source_line
+from ..tensors.kernels import KernelEmitter
+from ..tensors.values import Value, scalar
 from .dims import DimPlanner, ImportError_
-from .kernels import KernelEmitter
-from .values import Value, scalar
 
 
 @attrs.frozen

@@ -1,10 +1,11 @@
 """Unfused kernels over tensors of any rank: one kernel per primitive operation.
 
-The same lowering runs twice (see :mod:`.dims`): while planning, expressions are
-placeholders and only the dimension classes matter; while emitting, each call adds
-one kernel to the program, exactly as the hand-written builder does (a softmax is
-max, shift, exp, sum and divide kernels), so the fusion rules see the structure they
-know. Broadcasting follows PyTorch: leading and size-1 axes broadcast for free (they
+The PyTorch importer runs its lowering twice (see
+:mod:`blockbuster.frontend.pytorch.dims`): while planning, expressions are
+placeholders and only the dimension classes matter; while emitting (and always for
+the builder), each call adds one kernel to the program (a softmax is max, shift, exp,
+sum and divide kernels: :mod:`.composites`), so the fusion rules see the structure
+they know. Broadcasting follows PyTorch: leading and size-1 axes broadcast for free (they
 are not indexed); a per-row or per-column vector against a block uses the block
 broadcast operators (``rowshift``, ``colscale``, ...).
 """
@@ -19,8 +20,8 @@ from ...ir.expr import Expr
 from ...ir.index import IVar
 from ...ir.program import Kernel, Store
 from ...ir.types import GlobalArray
-from .dims import DimPlanner, ImportError_
-from .values import Index, Value, array_value, expand, insert_axis
+from .errors import TensorError
+from .values import Index, Planner, Value, array_value, expand, insert_axis
 
 _ROW = {"add": lambda v, a: E.call("rowshift", v, a),
         "mul": lambda v, a: E.call("rowscale", v, a)}
@@ -31,11 +32,13 @@ _COL = {"add": lambda v, a: E.call("colshift", v, a),
 class KernelEmitter:
     """Kernels and arrays of one lowering pass."""
 
-    def __init__(self, planner: DimPlanner):
+    def __init__(self, planner: Planner, fresh: Callable[[str], str] | None = None):
         self.planner = planner
         self.kernels: list[Kernel] = []
         self.arrays: dict[str, GlobalArray] = {}
         self._taken: set[str] = set()
+        if fresh is not None:         # the caller's naming scheme for new arrays
+            self.fresh = fresh
 
     # -- arrays and loops ------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -80,7 +83,7 @@ class KernelEmitter:
         if not self.planner.planning:
             tiled = [c for c in axes if c is not None and not self.planner.dim(c).point]
             if len(tiled) > 2:
-                raise ImportError_(f"{name}: a tensor of shape {list(shape)} would need "
+                raise TensorError(f"{name}: a tensor of shape {list(shape)} would need "
                                    f"blocks over {len(tiled)} axes (at most 2)")
         self.kernels.append(Kernel(name, tuple(loops),
                                    (Store(name, tuple(i for i in index if i is not None),
@@ -102,7 +105,7 @@ class KernelEmitter:
             return e
         if tuple(reversed(v.order)) == want and len(want) == 2:
             return E.call("transpose", e)
-        raise ImportError_(f"{v.array or 'a tensor'}: cannot arrange axes {v.order} as {want}")
+        raise TensorError(f"{v.array or 'a tensor'}: cannot arrange axes {v.order} as {want}")
 
     # -- elementwise -------------------------------------------------------------------------
     def broadcast(self, values: Sequence[Value], what: str) -> tuple[tuple, tuple, list]:
@@ -118,7 +121,7 @@ class KernelEmitter:
             v = expand(v, (1,) * (rank - v.rank) + v.shape) if v.rank < rank else v
             for p, (s, c) in enumerate(zip(v.shape, v.axes)):
                 if s != 1 and shape[p] not in (1, s):
-                    raise ImportError_(f"{what}: shapes {[list(t.shape) for t in tensors]} "
+                    raise TensorError(f"{what}: shapes {[list(t.shape) for t in tensors]} "
                                        f"do not broadcast")
                 shape[p] = max(shape[p], s)
                 if c is not None:
@@ -131,7 +134,7 @@ class KernelEmitter:
                     name: str | None = None) -> Value:
         shape, axes, operands = self.broadcast(values, what)
         if all(v.loader is None for v in operands):
-            raise ImportError_(f"{what}: an operation on constants only")
+            raise TensorError(f"{what}: an operation on constants only")
 
         def value(index: Index) -> Expr:
             return self._combine(op, operands, axes, index, what)
@@ -167,12 +170,15 @@ class KernelEmitter:
 
     # -- reductions ---------------------------------------------------------------------------
     def reduce(self, combiner: str, v: Value, axis: int, what: str, keepdim: bool = False,
-               scale: float | None = None, hi_of: Callable | None = None) -> Value:
+               scale: float | None = None, hi_of: Callable | None = None,
+               hint: str | None = None, name: str | None = None) -> Value:
         """Reduce ``v`` over one axis with ``sum`` or ``max`` (times ``scale``)."""
+        if combiner not in ("sum", "max"):
+            raise TensorError(f"{what}: reduce with sum or max, not {combiner!r}")
         axis %= v.rank
         cls = v.axes[axis]
         if cls is None:
-            raise ImportError_(f"{what}: reducing a broadcast axis is not supported")
+            raise TensorError(f"{what}: reducing a broadcast axis is not supported")
         self.planner.mark_tiled(cls)
         out_axes = v.axes[:axis] + v.axes[axis + 1:]
         out_shape = v.shape[:axis] + v.shape[axis + 1:]
@@ -185,15 +191,15 @@ class KernelEmitter:
             blk = self.block(v, full)
             t = self.tiled(v)
             if not self.planner.planning and len(t) != 2:
-                raise ImportError_(f"{what}: reducing a tensor with blocks over {len(t)} "
+                raise TensorError(f"{what}: reducing a tensor with blocks over {len(t)} "
                                    f"axis(es) is not supported (needs rows and columns)")
             block_op = ("row" if self.planner.planning or t[-1] == axis else "col") + \
                 ("sum" if combiner == "sum" else "max")
             bounds = hi_of(index) if hi_of else {}
             total = E.reduce(combiner, var, dim, E.call(block_op, blk), **bounds)
             return E.call("mul", total, E.const(scale)) if scale is not None else total
-        out = self.emit("row" + combiner if scale is None else "mean", out_shape, out_axes,
-                        value)
+        hint = hint or ("row" + combiner if scale is None else "mean")
+        out = self.emit(hint, out_shape, out_axes, value, name)
         return insert_axis(out, axis) if keepdim else out
 
     # -- matmul --------------------------------------------------------------------------------
@@ -201,12 +207,12 @@ class KernelEmitter:
                hi_of: Callable | None = None) -> Value:
         """``a @ b`` over the last two axes, broadcasting the leading ones."""
         if a.rank < 2 or b.rank < 2:
-            raise ImportError_(f"{what}: matrix-vector products are not supported")
+            raise TensorError(f"{what}: matrix-vector products are not supported")
         ka, kb = a.axes[-1], b.axes[-2]
         if a.shape[-1] != b.shape[-2]:
-            raise ImportError_(f"{what}: contracts {a.shape[-1]} with {b.shape[-2]}")
+            raise TensorError(f"{what}: contracts {a.shape[-1]} with {b.shape[-2]}")
         if ka is None or kb is None:
-            raise ImportError_(f"{what}: contracting a broadcast axis is not supported")
+            raise TensorError(f"{what}: contracting a broadcast axis is not supported")
         k = self.planner.unify(ka, kb, what)
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
@@ -229,17 +235,10 @@ class KernelEmitter:
                                                      self.block(b, ib)), **bounds)
         return self.emit("matmul", shape, axes, value, name)
 
-
-def softmax(k: "KernelEmitter", x: Value, axis: int, what: str, log: bool = False, hi_of=None) -> Value:
-    """max, shift, exp, sum, normalise: the kernels of the builder's softmax."""
-    m = k.reduce("max", x, axis, what, keepdim=True, hi_of=hi_of)
-    shifted = k.elementwise("sub", [x, m], what)
-    e = k.elementwise("exp", [shifted], what)
-    s = k.reduce("sum", e, axis, what, keepdim=True, hi_of=hi_of)
-    if log:
-        return k.elementwise("sub", [shifted, k.elementwise("log", [s], what)], what)
-    return k.elementwise("div", [e, s], what)
-
+    def rotate_half(self, v: Value, what: str, name: str | None = None) -> Value:
+        """``cat(-x2, x1)`` of the halves of each row (rotary embeddings): one kernel."""
+        return self.emit("rotate_half", v.shape, v.axes,
+                         lambda index: E.call("rotate_half", self.block(v, index)), name)
 
 
 def _lead(v: Value) -> Value:
@@ -259,7 +258,7 @@ def _kind(tiled: tuple, full: tuple) -> str:
         return "scalar"
     if len(tiled) == 1 and len(full) == 2:
         return "row" if tiled[0] == full[0] else "col"
-    raise ImportError_(f"cannot broadcast blocks over axes {tiled} against {full}")
+    raise TensorError(f"cannot broadcast blocks over axes {tiled} against {full}")
 
 
 def _vector_op(op: str, args: list, kinds: list) -> Expr:
