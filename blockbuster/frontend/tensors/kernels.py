@@ -17,11 +17,12 @@ from typing import Callable, Sequence
 
 from ...ir import expr as E
 from ...ir.expr import Expr
-from ...ir.index import IVar
+from ...ir.index import IConst, IVar
 from ...ir.program import Kernel, Store
 from ...ir.types import GlobalArray
 from .errors import TensorError
-from .values import Index, Planner, Value, array_value, expand, insert_axis
+from .values import (Index, Planner, Value, array_value, expand, insert_axis,
+                     relabel_at)
 
 _ROW = {"add": lambda v, a: E.call("rowshift", v, a),
         "mul": lambda v, a: E.call("rowscale", v, a)}
@@ -234,6 +235,47 @@ class KernelEmitter:
             return E.reduce("sum", var, kdim, E.call("dot", self.block(a, ia),
                                                      self.block(b, ib)), **bounds)
         return self.emit("matmul", shape, axes, value, name)
+
+    def concat(self, pieces: Sequence[Value], axis: int, out_axis, what: str,
+               name: str | None = None) -> Value:
+        """``cat(pieces)`` along the tiled ``axis`` as the dimension ``out_axis``: one
+        kernel. Every piece has the same whole number ``n`` of blocks there, so output
+        block ``c`` is block ``c mod n`` of piece ``c // n``, chosen per element by its
+        global position (each piece's block is read; the wrong ones are discarded)."""
+        first = pieces[0]
+        dims = [self.planner.dim(p.axes[axis]) for p in pieces]
+        d, out = dims[0], self.planner.dim(out_axis)
+        if any(x.point for x in dims) or any((x.size, x.block) != (d.size, d.block)
+                                             for x in dims) or \
+                (len(pieces) > 1 and d.size % d.block) or out.block != d.block or \
+                out.size != d.size * len(pieces):
+            raise TensorError(f"{what}: only pieces of the same whole number of blocks "
+                              f"along a tiled axis concatenate (got "
+                              f"{[(x.name, x.size, x.block) for x in dims]})")
+        n = d.nblocks
+        tiled = self.tiled(first)
+        if axis not in tiled:
+            raise TensorError(f"{what}: axis {axis} is not tiled")
+        at = tiled.index(axis)
+        if len(tiled) != 2:
+            raise TensorError(f"{what}: concatenation needs blocks over two axes")
+        side = "colshift" if at == 1 else "rowshift"
+        axes = first.axes[:axis] + (out_axis,) + first.axes[axis + 1:]
+
+        def value(index: Index) -> Expr:
+            c = index[axis]
+            inner = c - (c // n) * n if n > 1 else IConst(0)
+            blocks = [relabel_at(self.block(p, tuple(index[:axis]) + (inner,)
+                                            + tuple(index[axis + 1:])), at, out.name, c)
+                      for p in pieces]
+            zero = E.call("mul", E.call("ones", blocks[0]), E.const(0.0))
+            acc = blocks[0]
+            for j, b in enumerate(blocks[1:], 1):
+                after = E.call("ge", E.pos(out.name, c), E.const(float(j * d.size)))
+                acc = E.call("where", E.call(side, after, zero), b, acc)
+            return acc
+        shape = first.shape[:axis] + (out.size,) + first.shape[axis + 1:]
+        return self.emit("concat", shape, axes, value, name)
 
     def rotate_half(self, v: Value, what: str, name: str | None = None) -> Value:
         """``cat(-x2, x1)`` of the halves of each row (rotary embeddings): one kernel."""

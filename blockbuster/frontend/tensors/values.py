@@ -238,7 +238,7 @@ def split_view(planner: Planner, v: Value, at: int, heads, inner, what: str) -> 
 
     def loader(index: Index) -> Expr:                # head h = column block h
         old = tuple(index[:at]) + (across(index[at]),) + tuple(index[at + 2:])
-        return E.call("relabel", E.pos(inner_dim, index[at + 1]), v.load(old))
+        return E.call("relabel", E.pos(inner_dim, index[at + 1]), _unlabelled(v.load(old)))
     return _replace_axes(v, at, 1, sizes, axes, loader)
 
 
@@ -357,9 +357,25 @@ def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part
         raise TensorError(f"{what}: slicing [{start}:{end}] of an axis tiled in blocks "
                           f"of {d.block} (only whole blocks can be sliced)")
     offset = start // d.block
+    label = planner.dim(part).name
+    at = v.order.index(axis) if len(v.order) == 2 else None
 
     def loader(index: Index) -> Expr:
         i = index[axis]
-        return v.load(tuple(index[:axis]) + (i + offset if offset else across(i),)
-                      + tuple(index[axis + 1:]))
+        e = v.load(tuple(index[:axis]) + (i + offset if offset else across(i),)
+                   + tuple(index[axis + 1:]))
+        return e if at is None else relabel_at(e, at, label, i)
     return _replace_axes(v, axis, 1, (length,), (part,), loader)
+
+
+def relabel_at(e: Expr, at: int, dim: str, index) -> Expr:
+    """Block ``e`` with its axis ``at`` (0: rows, 1: columns) labelled ``dim`` (the
+    dimension of a slice or a concatenation, whose blocks are those of another)."""
+    if at == 1:
+        return E.call("relabel", E.pos(dim, index), _unlabelled(e))
+    return E.call("transpose", E.call("relabel", E.pos(dim, index), E.call("transpose", e)))
+
+
+def _unlabelled(e: Expr) -> Expr:
+    """``e`` without a column relabelling (another one replaces it)."""
+    return e.args[1] if e.op == "relabel" else e
