@@ -480,6 +480,16 @@ class GraphBuilder:
         if d.point or d.size != c.block or d.block != d.size:
             raise IRError(f"{what}: {hd} must be one block of the head size {c.block}")
 
+    def _heads_of(self, what: str, cols: str, heads: str, hd: str) -> None:
+        """As :meth:`_head_dims`, or a head of several whole blocks (``hd`` tiled like
+        ``cols``: rotary halves sliced by hand)."""
+        c, h, d = self.dims[cols], self.dims[heads], self.dims[hd]
+        if d.point or d.block != c.block or d.size % d.block:
+            self._head_dims(what, cols, heads, hd)
+        elif not h.point or h.size * d.size != c.size:
+            raise IRError(f"{what}: {cols} ({c.size}) is not {heads} ({h.size}) heads "
+                          f"of {hd} ({d.size})")
+
     @staticmethod
     def _plain(what: str, *tensors: tuple[Tensor, int]) -> None:
         """The per-head methods read arrays of a fixed rank directly (not views)."""
@@ -588,12 +598,13 @@ class GraphBuilder:
 
     def split_heads(self, x: Tensor, heads: str, head_dim: str) -> Tensor:
         """``x[..., T, C]`` as ``[..., heads, T, head_dim]``: head h is column block h
-        of x (C's block is the head size). A view: no kernel, no name."""
+        of x (C's block is the head size), or blocks ``h·n ..`` when ``head_dim`` has
+        n blocks of C's block size. A view: no kernel, no name."""
         what = f"split_heads {x.name}"
         self._known(what, heads, head_dim)
         if len(x.dims) < 2:
             raise IRError(f"{what}: needs rows and columns, got {list(x.dims)}")
-        self._head_dims(what, x.dims[-1], heads, head_dim)
+        self._heads_of(what, x.dims[-1], heads, head_dim)
         r = len(x.dims)
         v = V.split_view(self._k.planner, self._value(x), r - 1, heads, head_dim, what)
         return self._view(V.permute(v, list(range(r - 2)) + [r - 1, r - 2, r]), x)
@@ -606,7 +617,7 @@ class GraphBuilder:
         if len(o.dims) < 3:
             raise IRError(f"{what}: needs heads, rows and columns, got {list(o.dims)}")
         heads, hd = o.dims[-3], o.dims[-1]
-        self._head_dims(what, cols, heads, hd)
+        self._heads_of(what, cols, heads, hd)
         r = len(o.dims)
         v = V.permute(self._value(o), list(range(r - 3)) + [r - 2, r - 3, r - 1])
         return self._view(V.merge_view(self._k.planner, v, r - 2, cols, what), o)
@@ -676,6 +687,9 @@ class GraphBuilder:
                              f"(size {d.size})")
         if (start, end) == (0, d.size):
             return x
+        if not d.point and (start % d.block or (end % d.block and end != d.size)):
+            raise UsageError(f"{what}: [{start}:{end}] of {along} is not whole blocks of "
+                             f"{d.block}")
         dim = dim or f"{along}_{start}"
         length = end - start
         if dim not in self.dims:
@@ -726,6 +740,11 @@ class GraphBuilder:
             raise IRError(f"{what}: the pieces differ beyond axis {axis}: "
                           + ", ".join(f"{t.name}{list(t.dims)}" for t in pieces))
         d = self.dims[pieces[0].dims[axis]]
+        sizes = {(self.dims[t.dims[axis]].size, self.dims[t.dims[axis]].block) for t in pieces}
+        if len(sizes) != 1 or d.point or (len(pieces) > 1 and d.size % d.block):
+            raise UsageError(f"{what}: the pieces need the same whole number of blocks "
+                             f"along axis {axis}: " + ", ".join(
+                                 f"{t.name}{list(t.dims)}" for t in pieces))
         if dim not in self.dims:
             self.dim(dim, d.size * len(pieces), d.block)
         return self._array_out(self._k.concat([self._value(t) for t in pieces], axis, dim,

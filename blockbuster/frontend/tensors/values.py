@@ -224,7 +224,8 @@ def _split(planner: Planner, v: Value, at: int, parts: list[int], what: str) -> 
 
 def split_view(planner: Planner, v: Value, at: int, heads, inner, what: str) -> Value:
     """Axis ``at`` viewed as (``heads``, ``inner``) axes. A point axis splits by index
-    arithmetic; on a tiled axis head h is column block h (the block is one head)."""
+    arithmetic; on a tiled axis head h is column block h (the block is one head) or,
+    when ``inner`` has several blocks, the blocks ``h·n .. h·n + n - 1``."""
     size = planner.dim(inner).size
     sizes, axes = (planner.dim(heads).size, size), (heads, inner)
     if planner.dim(v.axes[at]).point:                # a point axis: index arithmetic
@@ -235,9 +236,12 @@ def split_view(planner: Planner, v: Value, at: int, heads, inner, what: str) -> 
     if v.order[-1:] != (at,):
         raise TensorError(f"{what}: only the last axis of a block splits into heads")
     inner_dim = planner.dim(inner).name
+    per_head = planner.dim(inner).nblocks            # column blocks per head
 
-    def loader(index: Index) -> Expr:                # head h = column block h
-        old = tuple(index[:at]) + (across(index[at]),) + tuple(index[at + 2:])
+    def loader(index: Index) -> Expr:                # head h = column blocks of h
+        h, d = index[at], index[at + 1]
+        col = across(h) if per_head == 1 else h * per_head + d
+        old = tuple(index[:at]) + (col,) + tuple(index[at + 2:])
         return E.call("relabel", E.pos(inner_dim, index[at + 1]), _unlabelled(v.load(old)))
     return _replace_axes(v, at, 1, sizes, axes, loader)
 
@@ -282,10 +286,14 @@ def merge_view(planner: Planner, v: Value, at: int, merged, what: str) -> Value:
     if v.order[-1:] != (at + 1,):
         raise TensorError(f"{what}: only heads in the last axis of a block merge")
 
+    per_head = d2.nblocks                            # column blocks per head
+
     def loader(index: Index) -> Expr:                # column block m = head m
         m = index[at]
-        inner = v.load(tuple(index[:at]) + (across(m), IConst(0)) + tuple(index[at + 1:]))
-        return E.call("relabel", E.pos(dm.name, m), inner)
+        head, blk = (across(m), IConst(0)) if per_head == 1 else \
+            (m // per_head, m - (m // per_head) * per_head)
+        inner = v.load(tuple(index[:at]) + (head, blk) + tuple(index[at + 1:]))
+        return E.call("relabel", E.pos(dm.name, m), _unlabelled(inner))
     return _replace_axes(v, at, 2, size, (merged,), loader)
 
 
