@@ -390,6 +390,11 @@ class GraphBuilder:
     def abs(self, x: Tensor, name: str | None = None) -> Tensor:
         return self.unary("abs", x, name)
 
+    def pow(self, x: Tensor, exponent: float, name: str | None = None) -> Tensor:
+        """``x ** exponent``: 2, ±0.5, -1 or an integer up to 8 (one kernel)."""
+        return self._array_out(self._k.power(self._value(x), exponent, f"pow {x.name}",
+                                             self._new_name(name)))
+
     def silu(self, x: Tensor, name: str | None = None) -> Tensor:
         """``x·sigmoid(x)``."""
         return self.unary("silu", x, name)

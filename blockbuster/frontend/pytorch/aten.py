@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-from ...ir import expr as E
 from ..tensors import values as V
 from ..tensors.composites import layer_norm, rms_norm, softmax
 from ..tensors.values import Value, scalar
@@ -86,23 +85,7 @@ def _div(low, node, a, b, rounding_mode=None):
 
 @handles("pow.Tensor_Scalar")
 def _pow(low, node, x, exponent):
-    simple = {2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "recip"}
-    if exponent in simple:
-        return low.k.elementwise(simple[exponent], [x], node.name)
-    if exponent == 1:
-        return x
-    if float(exponent).is_integer() and 2 < exponent <= 8:
-        n = int(exponent)
-
-        def power(index):
-            b = low.k.block(x, index)
-            out = b
-            for _ in range(n - 1):
-                out = E.call("mul", out, b)
-            return out
-        return low.k.emit("pow", x.shape, x.axes, power)
-    raise ImportError_(f"x ** {exponent} is not supported (only small integer powers "
-                       f"and ±0.5)")
+    return low.k.power(x, exponent, node.name)
 
 
 @handles("gelu.default")

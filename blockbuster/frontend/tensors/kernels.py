@@ -277,6 +277,27 @@ class KernelEmitter:
         shape = first.shape[:axis] + (out.size,) + first.shape[axis + 1:]
         return self.emit("concat", shape, axes, value, name)
 
+    def power(self, x: Value, exponent: float, what: str, name: str | None = None) -> Value:
+        """``x ** exponent`` for 2, ±0.5, -1 (one operator each), 1 (``x`` itself) and
+        small integers up to 8 (a product of loads in one kernel)."""
+        simple = {2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "recip"}
+        if exponent in simple:
+            return self.elementwise(simple[exponent], [x], what, name)
+        if exponent == 1 and name is None:
+            return x
+        if float(exponent).is_integer() and 1 <= exponent <= 8:
+            n = int(exponent)
+
+            def power(index):
+                b = self.block(x, index)
+                out = b
+                for _ in range(n - 1):
+                    out = E.call("mul", out, b)
+                return out
+            return self.emit("pow", x.shape, x.axes, power, name)
+        raise TensorError(f"{what}: x ** {exponent} is not supported (only integer "
+                          f"powers up to 8, ±0.5 and -1)")
+
     def rotate_half(self, v: Value, what: str, name: str | None = None) -> Value:
         """``cat(-x2, x1)`` of the halves of each row (rotary embeddings): one kernel."""
         return self.emit("rotate_half", v.shape, v.axes,
