@@ -17,7 +17,7 @@ of this, :mod:`blockbuster.frontend.tensors`, is the PyTorch importer's too.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import attrs
 
@@ -28,13 +28,11 @@ from ..ir.index import Idx, IVar
 from ..ir.program import Kernel, Program, Store
 from ..ir.types import Dim, GlobalArray
 from ..ir.verify import verify
-from .tensors import composites
+from .tensors import DEFAULT_BLOCK, composites
 from .tensors import values as V
 from .tensors.attention import attend
 from .tensors.kernels import KernelEmitter
 from .tensors.values import Value, scalar
-
-DEFAULT_BLOCK = 64
 
 
 @attrs.frozen
@@ -703,7 +701,8 @@ class GraphBuilder:
             else:
                 self.dim(dim, length, d.block)
         p = self.dims[dim]
-        if p.size != length or p.point != d.point or (not d.point and p.block != min(d.block, length)):
+        if p.size != length or p.point != d.point or \
+                (not d.point and p.block != min(d.block, length)):
             raise IRError(f"{what}: dimension {dim} ({p.size} in blocks of {p.block}) "
                           f"is not {along}[{start}:{end}] in blocks of {d.block}")
         axis = x.dims.index(along)

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import attrs
 
-from ..tensors.errors import TensorError
 from ...ir.types import Dim
+from ..tensors import DEFAULT_BLOCK
+from ..tensors.errors import TensorError
 
-#: Block size of a tiled dimension nobody constrains (the builder's default).
-DEFAULT_BLOCK = 64
 
 
 #: A model cannot be imported (unsupported operator, layout or size); ``node`` names

@@ -15,10 +15,10 @@ import numpy as np
 from ...ir.index import IVar
 from ...ir.program import Program, dims_named_by
 from ...ir.verify import verify
-from . import aten
-from .capture import source_line
 from ..tensors.kernels import KernelEmitter
 from ..tensors.values import Value, scalar
+from . import aten
+from .capture import source_line
 from .dims import DimPlanner, ImportError_
 
 

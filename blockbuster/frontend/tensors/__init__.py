@@ -12,3 +12,7 @@ learnt and expressions are placeholders), ``unify(a, b, what)``, ``mark_tiled(ax
 The importer's planner (:class:`~blockbuster.frontend.pytorch.dims.DimPlanner`)
 decides dimensions in two passes; the builder's axes are the user's named dims.
 """
+
+#: Block size of a tiled dimension nobody constrains (the builder's ``dim`` without a
+#: block, the importer's dimensions without a required one).
+DEFAULT_BLOCK = 64

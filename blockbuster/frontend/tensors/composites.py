@@ -6,7 +6,7 @@ shift, exp, sum and divide). ``name`` names the last kernel's output array.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .kernels import KernelEmitter
 from .values import Value, scalar

@@ -13,7 +13,7 @@ broadcast operators (``rowshift``, ``colscale``, ...).
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ...ir import expr as E
 from ...ir.expr import Expr
@@ -21,8 +21,7 @@ from ...ir.index import IConst, IVar
 from ...ir.program import Kernel, Store
 from ...ir.types import GlobalArray
 from .errors import TensorError
-from .values import (Index, Planner, Value, array_value, expand, insert_axis,
-                     relabel_at)
+from .values import Index, Planner, Value, array_value, expand, insert_axis, relabel_at
 
 _ROW = {"add": lambda v, a: E.call("rowshift", v, a),
         "mul": lambda v, a: E.call("rowscale", v, a)}

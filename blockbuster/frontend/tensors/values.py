@@ -15,7 +15,8 @@ array: no kernel, no copy. The fusion rules see exactly what the kernels read.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import attrs
 
