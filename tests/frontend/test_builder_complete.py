@@ -195,6 +195,25 @@ def test_grouped_query_attention_shares_key_value_heads():
     close(bb.compile(p)(**a)["O"], exact)
 
 
+def test_attention_without_heads_with_an_additive_mask_and_large_logits():
+    g = builder()
+    g.dim("S", 29, 16)
+    q, k, v = g.input("Q", "B", "T", "E"), g.input("K", "B", "S", "E"), g.input("V", "B", "S", "E")
+    with pytest.raises(IRError):                       # causal, keys of another length
+        g.attention(q, k, v, causal=True)
+    mask = g.input("M", "T", "S")                     # the same for every batch
+    p = g.build(g.attention(q, k, v, mask=mask, scale=1.0, name="O"))
+    rng = np.random.default_rng(8)
+    m = np.where(rng.random((T, 29)) < 0.4, -1e4, 0.0)
+    m[:, 0] = 0.0                                      # every query sees a key
+    a = {"Q": rng.normal(0, 10, (B, T, E)), "K": rng.normal(0, 1, (B, 29, E)),   # logits ~±200
+         "V": rng.normal(0, 1, (B, 29, E)), "M": m}
+    s = a["Q"] @ a["K"].swapaxes(-1, -2) + a["M"]
+    exact = softmax(s) @ a["V"]
+    for program in (p, bb.fuse(p).program):
+        close(bb.compile(program)(**a)["O"], exact, 1e-4)   # float32 logits of ~200
+
+
 def test_rotary_by_hand_matches_rotate_half_and_the_math():
     g = builder()
     g.dim("D", 16, 8)
