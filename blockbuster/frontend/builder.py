@@ -31,7 +31,7 @@ from ..ir.verify import verify
 from .tensors import DEFAULT_BLOCK, composites
 from .tensors import values as V
 from .tensors.attention import attend
-from .tensors.kernels import KernelEmitter
+from .tensors.kernels import KernelEmitter, binder_name
 from .tensors.values import Value, scalar
 
 
@@ -110,17 +110,7 @@ class GraphBuilder:
         self._counter += 1
         return f"{prefix}{self._counter}"
 
-    @staticmethod
-    def _var(dim: str, taken=()) -> str:
-        """A binder name for ``dim`` (its lower-case name) not in ``taken``: a kernel's
-        loops and the binders inside it never share a name, so no binder shadows
-        another (``X[N, M] @ W[M, M]`` sums over ``m2``, not over the loop's ``m``)."""
-        base = dim.lower()
-        name, n = base, 1
-        while name in taken:
-            n += 1
-            name = f"{base}{n}"
-        return name
+    _var = staticmethod(binder_name)     # the tensor layer's binder names
 
     @classmethod
     def _distinct(cls, *bases: str) -> tuple[str, ...]:

@@ -75,7 +75,7 @@ class KernelEmitter:
                 index.append(None)
                 continue
             dim = self.planner.dim(c).name
-            var = _var(dim, taken)
+            var = binder_name(dim, taken)
             taken.add(var)
             loops.append((var, dim))
             index.append(IVar(var))
@@ -186,7 +186,7 @@ class KernelEmitter:
 
         def value(index: Index) -> Expr:
             taken = {str(i) for i in index if i is not None}
-            var = _var(dim, taken)
+            var = binder_name(dim, taken)
             full = tuple(index[:axis]) + (IVar(var),) + tuple(index[axis:])
             blk = self.block(v, full)
             t = self.tiled(v)
@@ -226,7 +226,7 @@ class KernelEmitter:
 
         def value(index: Index) -> Expr:
             taken = {str(i) for i in index if i is not None}
-            var = _var(kdim, taken)
+            var = binder_name(kdim, taken)
             lead = tuple(index[:n])
             ia = _align(lead, a.rank - 2) + (index[n], IVar(var))
             ib = _align(lead, b.rank - 2) + (IVar(var), index[n + 1])
@@ -348,7 +348,10 @@ def _vector_op(op: str, args: list, kinds: list) -> Expr:
     return table[op](vec, blk)
 
 
-def _var(dim: str, taken) -> str:
+def binder_name(dim: str, taken=()) -> str:
+    """A binder name for ``dim`` (its lower-case name) not in ``taken``: a kernel's
+    loops and the binders inside it never share a name, so no binder shadows another
+    (``X[N, M] @ W[M, M]`` sums over ``m2``, not over the loop's ``m``)."""
     base = "".join(ch for ch in dim.lower() if ch.isalnum()) or "v"
     if base[0].isdigit():
         base = "v" + base
