@@ -75,6 +75,7 @@ class GraphBuilder:
         self.outputs: list[str] = []
         self.arrays: dict[str, Tensor] = {}
         self._counter = 0
+        self._registered = 0                 # tensor-layer arrays already in self.arrays
         self._k = KernelEmitter(_NamedDims(self.dims), fresh=self._fresh)
         self.kernels: list[Kernel] = self._k.kernels
 
@@ -135,9 +136,10 @@ class GraphBuilder:
     def _array_out(self, v: Value) -> Tensor:
         """The tensor of the last kernel's output array (registering every array the
         tensor layer made on the way, in order)."""
-        for n, a in self._k.arrays.items():
-            if n not in self.arrays:
-                self.arrays[n] = Tensor(n, a.dims)
+        made = list(self._k.arrays.values())
+        for a in made[self._registered:]:
+            self.arrays[a.name] = Tensor(a.name, a.dims)
+        self._registered = len(made)
         return self.arrays[v.array]
 
     def _new_name(self, name: str | None) -> str | None:
