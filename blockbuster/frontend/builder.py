@@ -407,6 +407,11 @@ class GraphBuilder:
         """``x - max - log(sum(exp(x - max)))`` per row."""
         return self._composite(composites.softmax, x, name, log=True)
 
+    def logsumexp(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``log(sum(exp(x)))`` of each row, computed as ``max + log(sum(exp(x -
+        max)))``: a vector over the rows."""
+        return self._composite(composites.logsumexp, x, name)
+
     def layer_norm(self, x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float,
                    name: str | None = None) -> Tensor:
         """``(x - mean)·rsqrt(var + eps)·gamma + beta`` per row; ``gamma`` and ``beta``

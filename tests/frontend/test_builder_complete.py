@@ -283,6 +283,7 @@ def test_every_composite_takes_a_name():
              g.clamp(x, -1.0, 1.0, name="CL"), g.row_mean(x, name="RM"),
              g.col_mean(x, name="CM"), g.rotate_half(q, name="RH"), g.copy(hq, name="CP"),
              g.concat([q, q], "QQ", name="CAT"), g.silu(x, name="SI"), g.pow(x, 3, name="P3"),
+             g.logsumexp(x, name="LSE"),
              g.matmul(g.merge_heads(g.copy(hq), "QD"), w, name="MM")]
     p = g.build(*named)
     assert [t.name for t in named] == list(p.outputs)
@@ -297,6 +298,8 @@ def test_every_composite_takes_a_name():
     close(out["CM"], xs.mean(-2))
     close(out["CAT"], np.concatenate([qs, qs], -1))
     close(out["P3"], xs ** 3)
+    close(out["LSE"], np.log(np.exp(xs - xs.max(-1, keepdims=True)).sum(-1))
+          + xs.max(-1))                                 # logits ~±3e3: exp overflows
     close(out["CL"], np.clip(xs, -1.0, 1.0))
     close(out["ATT"], attention(heads(qs[None], H), heads(qs[None], H),
                                 heads(qs[None], H), False)[0])

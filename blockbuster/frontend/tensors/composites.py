@@ -25,6 +25,15 @@ def softmax(k: KernelEmitter, x: Value, axis: int, what: str, log: bool = False,
     return k.elementwise("div", [e, s], what, name)
 
 
+def logsumexp(k: KernelEmitter, x: Value, axis: int, what: str,
+              name: str | None = None) -> Value:
+    """``max + log(sum(exp(x - max)))`` along ``axis`` (kept as a size-1 axis)."""
+    m = k.reduce("max", x, axis, what, keepdim=True)
+    e = k.elementwise("exp", [k.elementwise("sub", [x, m], what)], what)
+    s = k.reduce("sum", e, axis, what, keepdim=True)
+    return k.elementwise("add", [k.elementwise("log", [s], what), m], what, name)
+
+
 def _mean(k: KernelEmitter, x: Value, axis: int, what: str) -> Value:
     return k.reduce("sum", x, axis, what, True, scale=1.0 / x.shape[axis])
 
