@@ -1,12 +1,23 @@
 """A small tensor-level builder that lowers to *unfused* block programs.
 
 Every primitive operation becomes one kernel and every intermediate tensor a global
-array: the starting point the fusion rules work from. Tensors are 1-D (a vector per
-row) or 2-D; broadcasting a vector against a matrix follows the named dimensions
+array: the starting point the fusion rules work from. Tensors have named dimensions:
+the last one or two are tiled into blocks, leading ones (batch, heads) are *point*
+dimensions iterated one index at a time (``g.point_dim("B", 4)``; a ``[B, T, E]``
+tensor has ``[T, E]`` blocks). Broadcasting follows the names: an operand whose
+dimensions are a subsequence of the other's is repeated over the missing ones
 (``x - mean(x)`` subtracts a per-row vector, ``x * gamma`` scales columns).
+
+Heads, slices and key/value heads shared by several query heads are *views*
+(:meth:`split_heads`, :meth:`merge_heads`, :meth:`slice`): no kernel, no copy; the
+kernels that use them read the underlying array. The tensor layer that lowers all
+of this, :mod:`blockbuster.frontend.tensors`, is the PyTorch importer's too.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import attrs
 
@@ -17,27 +28,42 @@ from ..ir.index import Idx, IVar
 from ..ir.program import Kernel, Program, Store
 from ..ir.types import Dim, GlobalArray
 from ..ir.verify import verify
-
-DEFAULT_BLOCK = 64
+from .tensors import DEFAULT_BLOCK, composites
+from .tensors import values as V
+from .tensors.attention import attend
+from .tensors.kernels import KernelEmitter, binder_name
+from .tensors.values import Value, scalar
 
 
 @attrs.frozen
 class Tensor:
-    """A global array produced by the builder (or declared as an input)."""
+    """A global array produced by the builder (or declared as an input), or a view of
+    one (``view``: heads split or merged, a slice; ``name`` is the viewed array)."""
 
     name: str
     dims: tuple[str, ...]
+    view: Value | None = attrs.field(default=None, eq=False, repr=False)
 
 
-# Elementwise binary op -> how it broadcasts a per-row / per-column vector operand.
-_ROW = {"add": lambda v, a: E.call("rowshift", v, a),
-        "sub": lambda v, a: E.call("rowshift", E.call("neg", v), a),
-        "mul": lambda v, a: E.call("rowscale", v, a),
-        "div": lambda v, a: E.call("rowscale", E.call("recip", v), a)}
-_COL = {"add": lambda v, a: E.call("colshift", v, a),
-        "sub": lambda v, a: E.call("colshift", E.call("neg", v), a),
-        "mul": lambda v, a: E.call("colscale", v, a),
-        "div": lambda v, a: E.call("colscale", E.call("recip", v), a)}
+class _NamedDims:
+    """The tensor layer's planner for the builder: an axis is the name of a dimension
+    the user declared (nothing is left to decide)."""
+
+    planning = False
+
+    def __init__(self, dims: dict[str, Dim]):
+        self._dims = dims
+
+    def dim(self, name: str) -> Dim:
+        return self._dims[name]
+
+    def unify(self, a: str, b: str, what: str) -> str:
+        if a != b:
+            raise IRError(f"{what}: dimensions {a} and {b} differ")
+        return a
+
+    def mark_tiled(self, axis: str) -> None:
+        pass
 
 
 class GraphBuilder:
@@ -48,8 +74,10 @@ class GraphBuilder:
         self.weights: list[str] = []
         self.outputs: list[str] = []
         self.arrays: dict[str, Tensor] = {}
-        self.kernels: list[Kernel] = []
         self._counter = 0
+        self._registered = 0                 # tensor-layer arrays already in self.arrays
+        self._k = KernelEmitter(_NamedDims(self.dims), fresh=self._fresh)
+        self.kernels: list[Kernel] = self._k.kernels
 
     # -- declarations ----------------------------------------------------------
     def dim(self, name: str, size: int, block: int | None = None) -> str:
@@ -83,17 +111,7 @@ class GraphBuilder:
         self._counter += 1
         return f"{prefix}{self._counter}"
 
-    @staticmethod
-    def _var(dim: str, taken=()) -> str:
-        """A binder name for ``dim`` (its lower-case name) not in ``taken``: a kernel's
-        loops and the binders inside it never share a name, so no binder shadows
-        another (``X[N, M] @ W[M, M]`` sums over ``m2``, not over the loop's ``m``)."""
-        base = dim.lower()
-        name, n = base, 1
-        while name in taken:
-            n += 1
-            name = f"{base}{n}"
-        return name
+    _var = staticmethod(binder_name)     # the tensor layer's binder names
 
     @classmethod
     def _distinct(cls, *bases: str) -> tuple[str, ...]:
@@ -103,86 +121,160 @@ class GraphBuilder:
             names.append(cls._var(b, names))
         return tuple(names)
 
-    def _load(self, t: Tensor, *vars_: str) -> Expr:
-        return E.load(t.name, *vars_)
+    # -- tensors as views of arrays (the shared tensor layer) --------------------------
+    def _value(self, t: Tensor) -> Value:
+        if not isinstance(t, Tensor):
+            raise UsageError(f"expected a tensor, got {t!r}")
+        if t.view is not None:
+            return t.view
+        shape = tuple(self.dims[d].size for d in t.dims)
+        return V.array_value(self._k.planner, t.name, shape, t.dims)
 
-    def _emit(self, op: str, dims: tuple[str, ...], value_of, name: str | None) -> Tensor:
-        """One kernel over ``dims`` storing ``value_of(loop vars...)`` into a new array."""
-        out = Tensor(name or self._fresh(op), dims)
-        if out.name in self.arrays:
-            raise IRError(f"array {out.name} is defined twice")
-        vars_ = self._distinct(*dims)
-        value = value_of(*vars_)
-        self.kernels.append(Kernel(out.name, tuple(zip(vars_, dims)),
-                                   (Store(out.name, tuple(IVar(v) for v in vars_), value),)))
-        self.arrays[out.name] = out
-        return out
+    def _view(self, v: Value, of: Tensor) -> Tensor:
+        return Tensor(of.name, tuple(a for a in v.axes if a is not None), v)
+
+    def _array_out(self, v: Value) -> Tensor:
+        """The tensor of the last kernel's output array (registering every array the
+        tensor layer made on the way, in order)."""
+        made = list(self._k.arrays.values())
+        for a in made[self._registered:]:
+            self.arrays[a.name] = Tensor(a.name, a.dims)
+        self._registered = len(made)
+        return self.arrays[v.array]
+
+    def _new_name(self, name: str | None) -> str | None:
+        if name is not None and name in self.arrays:
+            raise IRError(f"array {name} is defined twice")
+        return name
+
+    def _aligned(self, t: Tensor, dims: tuple[str, ...], along: str | None,
+                 what: str) -> Value:
+        """``t`` as an operand of a result over ``dims``: its dimensions in place, a
+        broadcast axis for each one it lacks. A dimension that occurs twice in
+        ``dims`` (a square ``X[M, M]``) is ambiguous for a vector over it:
+        ``along="rows"`` (the default) or ``"cols"`` picks the second-to-last or the
+        last axis."""
+        places = _embeddings(t.dims, dims)
+        if along is not None:
+            want = len(dims) - (2 if along == "rows" else 1)
+            places = [p for p in places if p and p[-1] == want]
+        if not places:
+            side = f" along {along}" if along else ""
+            raise IRError(f"{what}: cannot broadcast {t.name}{list(t.dims)}{side} to "
+                          f"{list(dims)}")
+        v = self._value(t)
+        for q in range(len(dims)):
+            if q not in places[0]:
+                v = V.insert_axis(v, q)
+        return v
+
+    @staticmethod
+    def _check_along(along: str | None, what: str) -> None:
+        if along not in (None, "rows", "cols"):
+            raise UsageError(f"{what}: along must be 'rows' or 'cols', got {along!r}")
+
+    def _elementwise(self, op: str, operands: Sequence, name: str | None,
+                     along: str | None = None) -> Tensor:
+        """One kernel applying ``op`` to tensors and numbers, broadcast by name to
+        the dimensions of the operand that every other one fits in."""
+        tensors = [t for t in operands if isinstance(t, Tensor)]
+        what = f"{op} " + ", ".join(t.name for t in tensors)
+        self._check_along(along, what)
+        for t in operands:
+            if not isinstance(t, (Tensor, int, float)):
+                raise UsageError(f"{what}: operands must be tensors or numbers, got {t!r}")
+        if not tensors:
+            raise UsageError(f"{op}: needs at least one tensor operand")
+        out = next((t.dims for t in tensors
+                    if all(_embeddings(u.dims, t.dims) for u in tensors)), None)
+        if out is None:
+            raise IRError(f"{what}: cannot broadcast " + " and ".join(
+                f"{t.name}{list(t.dims)}" for t in tensors))
+        values = [self._aligned(t, out, along if t.dims != out else None, what)
+                  if isinstance(t, Tensor) else scalar(t) for t in operands]
+        return self._array_out(self._k.elementwise(op, values, what, self._new_name(name)))
 
     # -- primitives --------------------------------------------------------------
-    def matmul(self, a: Tensor, b: Tensor, *, transpose_b: bool = False,
+    def matmul(self, a: Tensor, b: Tensor, *, transpose_a: bool = False,
+               transpose_b: bool = False, name: str | None = None) -> Tensor:
+        """``a @ b`` over the last two dimensions (``transpose_a``/``transpose_b``:
+        ``aᵀ``, ``bᵀ``), a sum over blocks of the contracted dimension. Leading
+        (batch) dimensions broadcast: those of the operand with fewer must end the
+        other's (``X[B, T, E] @ W[E, F]`` is ``[B, T, F]``)."""
+        what = f"matmul {a.name} x {b.name}"
+        va, vb = self._value(a), self._value(b)
+        if len(a.dims) < 2 or len(b.dims) < 2:
+            raise IRError(f"{what}: both operands need two dimensions, got "
+                          f"{list(a.dims)} and {list(b.dims)}")
+        da, db = list(a.dims), list(b.dims)
+        if transpose_a:
+            va, da = V.permute(va, _swap_last(len(da))), da[:-2] + da[-2:][::-1]
+        if transpose_b:
+            vb, db = V.permute(vb, _swap_last(len(db))), db[:-2] + db[-2:][::-1]
+        if da[-1] != db[-2]:
+            raise IRError(f"{what}: contracts {da[-1]} with {db[-2]}")
+        la, lb = da[:-2], db[:-2]
+        short, long_ = sorted((la, lb), key=len)
+        if long_[len(long_) - len(short):] != short:
+            raise IRError(f"{what}: leading dimensions {la} and {lb} do not broadcast")
+        return self._array_out(self._k.matmul(va, vb, what, self._new_name(name)))
+
+    def linear(self, x: Tensor, w: Tensor, bias: Tensor | None = None,
                name: str | None = None) -> Tensor:
-        """``a @ b`` (or ``a @ b.T``), a sum over blocks of the contracted dimension."""
-        (m, k), (kb, n) = a.dims, (b.dims[::-1] if transpose_b else b.dims)
-        if k != kb:
-            raise IRError(f"matmul {a.name} x {b.name}: contracts {k} with {kb}")
-        def value(i, j):
-            kv = self._var(k, (i, j))
-            rhs = (E.call("transpose", self._load(b, j, kv)) if transpose_b
-                   else self._load(b, kv, j))
-            return E.reduce("sum", kv, k, E.call("dot", self._load(a, i, kv), rhs))
-        return self._emit("matmul", (m, n), value, name)
+        """``x @ wᵀ (+ bias)`` for ``w[out, in]`` (``torch.nn.Linear``'s layout)."""
+        y = self.matmul(x, w, transpose_b=True, name=None if bias is not None else name)
+        return self.add(y, bias, name) if bias is not None else y
 
     def unary(self, op: str, a: Tensor, name: str | None = None) -> Tensor:
-        return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v)), name)
+        return self._elementwise(op, [a], name)
 
     def binary(self, op: str, a: Tensor, b: Tensor | float, name: str | None = None,
                along: str | None = None) -> Tensor:
-        """Elementwise ``op`` with broadcasting of a scalar or per-row/column vector.
+        """Elementwise ``op`` with broadcasting of a number or a tensor over fewer
+        dimensions (a per-row or per-column vector, a ``[T, E]`` table against
+        ``[B, T, E]``).
 
         A vector over a dimension that both rows and columns of ``a`` run over (a square
         ``X[M, M]``) is ambiguous: ``along="rows"`` (one value per row, the default) or
         ``along="cols"`` (one value per column, e.g. a norm's gain) says which."""
-        if not isinstance(b, Tensor):
-            return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v),
-                                                            E.const(b)), name)
-        if a.dims == b.dims:
-            return self._emit(op, a.dims, lambda *v: E.call(op, self._load(a, *v),
-                                                            self._load(b, *v)), name)
-        if along not in (None, "rows", "cols"):
-            raise UsageError(f"{op}: along must be 'rows' or 'cols', got {along!r}")
-        if len(a.dims) == 2 and len(b.dims) == 1 and op in _ROW:
-            if b.dims[0] == a.dims[0] and along != "cols":
-                return self._emit(op, a.dims, lambda i, j: _ROW[op](self._load(b, i),
-                                                                   self._load(a, i, j)), name)
-            if b.dims[0] == a.dims[1] and along != "rows":
-                return self._emit(op, a.dims, lambda i, j: _COL[op](self._load(b, j),
-                                                                   self._load(a, i, j)), name)
-        raise IRError(f"{op}: cannot broadcast {b.name}{list(b.dims)} against "
-                      f"{a.name}{list(a.dims)}")
+        return self._elementwise(op, [a, b], name, along)
+
+    def _reduce(self, combiner: str, a: Tensor, axis: int, mean: bool, hint: str,
+                name: str | None) -> Tensor:
+        what = f"{hint} {a.name}"
+        if combiner not in ("sum", "max"):
+            raise UsageError(f"{what}: combiner must be 'sum' or 'max', got {combiner!r}")
+        if len(a.dims) < 2:
+            raise IRError(f"{what}: needs rows and columns, got {list(a.dims)}")
+        d = self.dims[a.dims[axis]]
+        if d.point:
+            raise IRError(f"{what}: reducing over the point dimension {d.name}")
+        out = self._k.reduce(combiner, self._value(a), axis, what,
+                             scale=1.0 / d.size if mean else None, hint=hint,
+                             name=self._new_name(name))
+        return self._array_out(out)
 
     def row_reduce(self, combiner: str, a: Tensor, *, mean: bool = False,
                    name: str | None = None) -> Tensor:
         """Reduce each row over the last dimension: ``sum``/``max`` (optionally a mean)."""
-        rows, cols = a.dims
-        block_op = {"sum": "rowsum", "max": "rowmax"}[combiner]
-
-        def value(i):
-            cv = self._var(cols, (i,))
-            total = E.reduce(combiner, cv, cols, E.call(block_op, self._load(a, i, cv)))
-            return E.call("mul", total, E.const(1.0 / self.dims[cols].size)) if mean else total
-        return self._emit("mean" if mean else f"row{combiner}", (rows,), value, name)
+        return self._reduce(combiner, a, len(a.dims) - 1, mean,
+                            "mean" if mean else f"row{combiner}", name)
 
     def col_reduce(self, combiner: str, a: Tensor, *, mean: bool = False,
                    name: str | None = None) -> Tensor:
-        """Reduce each column over the first dimension: ``sum``/``max`` (or a mean)."""
-        rows, cols = a.dims
-        block_op = {"sum": "colsum", "max": "colmax"}[combiner]
+        """Reduce each column over the second-to-last dimension (the rows): ``sum``/
+        ``max`` (or a mean)."""
+        return self._reduce(combiner, a, len(a.dims) - 2, mean,
+                            "colmean" if mean else f"col{combiner}", name)
 
-        def value(j):
-            rv = self._var(rows, (j,))
-            total = E.reduce(combiner, rv, rows, E.call(block_op, self._load(a, rv, j)))
-            return E.call("mul", total, E.const(1.0 / self.dims[rows].size)) if mean else total
-        return self._emit("colmean" if mean else f"col{combiner}", (cols,), value, name)
+    def row_sum(self, a: Tensor, name: str | None = None) -> Tensor:
+        return self.row_reduce("sum", a, name=name)
+
+    def row_max(self, a: Tensor, name: str | None = None) -> Tensor:
+        return self.row_reduce("max", a, name=name)
+
+    def row_mean(self, a: Tensor, name: str | None = None) -> Tensor:
+        return self.row_reduce("sum", a, mean=True, name=name)
 
     def col_sum(self, a: Tensor, name: str | None = None) -> Tensor:
         """The sum of each column over the rows of ``a[R, C]``: a vector over C."""
@@ -248,48 +340,102 @@ class GraphBuilder:
 
     def where(self, cond: Tensor, a: Tensor | float, b: Tensor | float,
               name: str | None = None) -> Tensor:
-        """``a`` where ``cond`` is not 0, else ``b``; ``a`` or ``b`` may be a number.
-        Tensors must have ``cond``'s dimensions."""
+        """``a`` where ``cond`` is not 0, else ``b``; ``a`` or ``b`` may be a number,
+        and any operand may have fewer dimensions (broadcast by name)."""
         if not isinstance(cond, Tensor):
             raise UsageError("where: the condition must be a tensor")
-        for t in (a, b):
-            if isinstance(t, Tensor) and t.dims != cond.dims:
-                raise IRError(f"where: {t.name}{list(t.dims)} does not match the "
-                              f"condition {cond.name}{list(cond.dims)}")
-            if not isinstance(t, (Tensor, int, float)):
-                raise UsageError(f"where: operands must be tensors or numbers, got {t!r}")
+        return self._elementwise("where", [cond, a, b], name)
 
-        def operand(t, vars_):
-            return self._load(t, *vars_) if isinstance(t, Tensor) else E.const(float(t))
+    # Arithmetic and the other operators the PyTorch importer knows, by name.
+    def add(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("add", a, b, name)
 
-        return self._emit("where", cond.dims, lambda *v: E.call(
-            "where", self._load(cond, *v), operand(a, v), operand(b, v)), name)
+    def sub(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("sub", a, b, name)
 
-    # -- composites (several kernels each) -------------------------------------
-    def softmax(self, x: Tensor) -> Tensor:
-        m = self.row_reduce("max", x)
-        e = self.unary("exp", self.binary("sub", x, m))
-        return self.binary("div", e, self.row_reduce("sum", e))
+    def mul(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("mul", a, b, name)
 
-    def log_softmax(self, x: Tensor) -> Tensor:
+    def div(self, a: Tensor, b: Tensor | float, name: str | None = None) -> Tensor:
+        return self.binary("div", a, b, name)
+
+    def neg(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("neg", x, name)
+
+    def exp(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("exp", x, name)
+
+    def sqrt(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("sqrt", x, name)
+
+    def rsqrt(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("rsqrt", x, name)
+
+    def reciprocal(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("recip", x, name)
+
+    def square(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("square", x, name)
+
+    def abs(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("abs", x, name)
+
+    def pow(self, x: Tensor, exponent: float, name: str | None = None) -> Tensor:
+        """``x ** exponent``: 2, ±0.5, -1 or an integer up to 8 (one kernel)."""
+        return self._array_out(self._k.power(self._value(x), exponent, f"pow {x.name}",
+                                             self._new_name(name)))
+
+    def silu(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``x·sigmoid(x)``."""
+        return self.unary("silu", x, name)
+
+    def clamp(self, x: Tensor, lo: float | None = None, hi: float | None = None,
+              name: str | None = None) -> Tensor:
+        """``min(max(x, lo), hi)`` (either bound may be absent; one kernel each)."""
+        if lo is None and hi is None:
+            raise UsageError(f"clamp {x.name}: give lo, hi or both")
+        if lo is not None:
+            x = self.maximum(x, lo, name if hi is None else None)
+        return self.minimum(x, hi, name) if hi is not None else x
+
+    # -- composites (several kernels each; ``name`` names the result) -----------------
+    # Over the last dimension, any leading ones (kernels: tensors.composites).
+    def softmax(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._composite(composites.softmax, x, name)
+
+    def log_softmax(self, x: Tensor, name: str | None = None) -> Tensor:
         """``x - max - log(sum(exp(x - max)))`` per row."""
-        shifted = self.binary("sub", x, self.row_reduce("max", x))
-        total = self.row_reduce("sum", self.unary("exp", shifted))
-        return self.binary("sub", shifted, self.unary("log", total))
+        return self._composite(composites.softmax, x, name, log=True)
 
-    def layer_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Tensor:
-        centred = self.binary("sub", x, self.row_reduce("sum", x, mean=True))
-        var = self.row_reduce("sum", self.unary("square", centred), mean=True)
-        rstd = self.unary("rsqrt", self.binary("add", var, eps))
-        normed = self.binary("mul", centred, rstd)
-        # gamma and beta are per column (also when X is square: along="cols")
-        return self.binary("add", self.binary("mul", normed, gamma, along="cols"), beta,
-                           along="cols")
+    def logsumexp(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``log(sum(exp(x)))`` of each row, computed as ``max + log(sum(exp(x -
+        max)))``: a vector over the rows."""
+        return self._composite(composites.logsumexp, x, name)
 
-    def rms_norm(self, x: Tensor, g: Tensor, eps: float) -> Tensor:
-        ms = self.row_reduce("sum", self.unary("square", x), mean=True)
-        rinv = self.unary("rsqrt", self.binary("add", ms, eps))
-        return self.binary("mul", self.binary("mul", x, rinv), g, along="cols")
+    def layer_norm(self, x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float,
+                   name: str | None = None) -> Tensor:
+        """``(x - mean)·rsqrt(var + eps)·gamma + beta`` per row; ``gamma`` and ``beta``
+        are per column (also when X is square), either may be None."""
+        what = f"layer_norm {x.name}"
+        return self._composite(composites.layer_norm, x, name, weight=self._gain(gamma, x, what),
+                               bias=self._gain(beta, x, what), eps=eps)
+
+    def rms_norm(self, x: Tensor, g: Tensor | None, eps: float,
+                 name: str | None = None) -> Tensor:
+        """``x·rsqrt(mean(x²) + eps)·g`` per row; ``g`` per column (or None)."""
+        return self._composite(composites.rms_norm, x, name,
+                               weight=self._gain(g, x, f"rms_norm {x.name}"), eps=eps)
+
+    def _gain(self, t: Tensor | None, x: Tensor, what: str) -> Value | None:
+        return None if t is None else self._aligned(t, x.dims, "cols", what)
+
+    def _composite(self, fn, x: Tensor, name: str | None, **kwargs) -> Tensor:
+        what = f"{fn.__name__} {x.name}"
+        if len(x.dims) < 2 or self.dims[x.dims[-1]].point:
+            raise IRError(f"{what}: needs rows and tiled columns, got {list(x.dims)}")
+        out = fn(self._k, self._value(x), len(x.dims) - 1, what=what,
+                 name=self._new_name(name), **kwargs)
+        return self._array_out(out)
 
     # -- heads (multi-head attention) -------------------------------------------
     # A projection's columns are tiled by a dimension whose *block* is the head size
@@ -334,6 +480,26 @@ class GraphBuilder:
         if d.point or d.size != c.block or d.block != d.size:
             raise IRError(f"{what}: {hd} must be one block of the head size {c.block}")
 
+    def _heads_of(self, what: str, cols: str, heads: str, hd: str) -> None:
+        """As :meth:`_head_dims`, or a head of several whole blocks (``hd`` tiled like
+        ``cols``: rotary halves sliced by hand)."""
+        c, h, d = self.dims[cols], self.dims[heads], self.dims[hd]
+        if d.point or d.block != c.block or d.size % d.block:
+            self._head_dims(what, cols, heads, hd)
+        elif not h.point or h.size * d.size != c.size:
+            raise IRError(f"{what}: {cols} ({c.size}) is not {heads} ({h.size}) heads "
+                          f"of {hd} ({d.size})")
+
+    @staticmethod
+    def _plain(what: str, *tensors: tuple[Tensor, int]) -> None:
+        """The per-head methods read arrays of a fixed rank directly (not views)."""
+        for t, rank in tensors:
+            if not isinstance(t, Tensor) or t.view is not None or len(t.dims) != rank:
+                got = list(t.dims) if isinstance(t, Tensor) else repr(t)
+                raise IRError(f"{what}: needs {getattr(t, 'name', t)} to be an array "
+                              f"over {rank} dimensions, got {got}"
+                              + (" (a view)" if getattr(t, "view", None) else ""))
+
     @staticmethod
     def _head_block(var: str, group: int) -> Idx:
         """The column block of the projection read by head ``var``: ``var // group``."""
@@ -344,6 +510,7 @@ class GraphBuilder:
         """Split ``x[T, C]`` into heads and apply rotary embeddings (rotate-half):
         ``out[h] = xh·cos + rotate_half(xh)·sin`` with ``xh`` column block h of x;
         ``cos``/``sin`` are ``[T, HD]`` tables. Result ``[heads, T, HD]``; one kernel."""
+        self._plain(f"rope {x.name}", (x, 2), (cos, 2), (sin, 2))
         (rows, cols), (crow, hd) = x.dims, cos.dims
         if sin.dims != cos.dims or crow != rows:
             raise IRError(f"rope {x.name}: tables {cos.name}{list(cos.dims)} and "
@@ -364,6 +531,7 @@ class GraphBuilder:
         row max, row sum and ``P·V`` reduce over the causal key range ``T[: i + 1]``
         (blocks above the diagonal are never read); the element-wise kernels cover
         every block (above the diagonal the probabilities are 0)."""
+        self._plain(f"attention {q.name}", (q, 3), (k, 3), (v, 2))
         heads, rows, hd = q.dims
         kv_heads, krows, khd = k.dims
         vrows, vcols = v.dims
@@ -407,6 +575,7 @@ class GraphBuilder:
     def merge_heads_matmul(self, o: Tensor, w: Tensor, name: str | None = None) -> Tensor:
         """``concat(heads of o) @ w`` for ``o[H, T, HD]`` and ``w[C, N]`` whose row blocks
         are the heads: a sum over heads ``h`` of ``o[h] @ w[h-th row block]``."""
+        self._plain(f"matmul {o.name} x {w.name}", (o, 3), (w, 2))
         heads, rows, hd = o.dims
         cols, n = w.dims
         self._head_dims(f"matmul {o.name} x {w.name}", cols, heads, hd)
@@ -417,8 +586,189 @@ class GraphBuilder:
             E.load(w.name, blk, c)))
         return self._emit_loops("matmul", ((t, rows), (c, n)), value, name)
 
+    # -- heads, attention and slices on views (any leading dimensions) ------------------
+    # ``split_heads`` views a projection ``x[..., T, C]`` whose column blocks are heads
+    # as ``[..., H, T, HD]`` (H a point dimension, HD one block of the head size);
+    # ``merge_heads`` views it back. No kernel: the consumers read ``x`` itself.
+
+    def _known(self, what: str, *dims: str) -> None:
+        for d in dims:
+            if d not in self.dims:
+                raise IRError(f"{what}: unknown dimension '{d}'")
+
+    def split_heads(self, x: Tensor, heads: str, head_dim: str) -> Tensor:
+        """``x[..., T, C]`` as ``[..., heads, T, head_dim]``: head h is column block h
+        of x (C's block is the head size), or blocks ``h·n ..`` when ``head_dim`` has
+        n blocks of C's block size. A view: no kernel, no name."""
+        what = f"split_heads {x.name}"
+        self._known(what, heads, head_dim)
+        if len(x.dims) < 2:
+            raise IRError(f"{what}: needs rows and columns, got {list(x.dims)}")
+        self._heads_of(what, x.dims[-1], heads, head_dim)
+        r = len(x.dims)
+        v = V.split_view(self._k.planner, self._value(x), r - 1, heads, head_dim, what)
+        return self._view(V.permute(v, list(range(r - 2)) + [r - 1, r - 2, r]), x)
+
+    def merge_heads(self, o: Tensor, cols: str) -> Tensor:
+        """``o[..., H, T, HD]`` as ``[..., T, cols]`` whose column block h is head h
+        (the concatenated heads). A view: no kernel, no name."""
+        what = f"merge_heads {o.name}"
+        self._known(what, cols)
+        if len(o.dims) < 3:
+            raise IRError(f"{what}: needs heads, rows and columns, got {list(o.dims)}")
+        heads, hd = o.dims[-3], o.dims[-1]
+        self._heads_of(what, cols, heads, hd)
+        r = len(o.dims)
+        v = V.permute(self._value(o), list(range(r - 3)) + [r - 2, r - 3, r - 1])
+        return self._view(V.merge_view(self._k.planner, v, r - 2, cols, what), o)
+
+    def _shared_heads(self, kv: Tensor, heads: str, what: str) -> Value:
+        """``kv[..., G, S, D]`` read by ``heads`` query heads, ``heads/G`` per key/value
+        head: head h reads ``h // (heads/G)``. A view (GQA), as the importer's."""
+        v, r = self._value(kv), len(kv.dims)
+        g, h = self.dims[kv.dims[-3]], self.dims[heads]
+        if not g.point or h.size % g.size:
+            raise IRError(f"{what}: {h.size} query heads ({heads}) cannot share the "
+                          f"{g.size} heads ({g.name}) of {kv.name}")
+        copies = V.expand(V.insert_axis(v, r - 2),
+                          v.shape[:r - 2] + (h.size // g.size,) + v.shape[r - 2:])
+        return V.merge_view(self._k.planner, copies, r - 3, heads, what)
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
+                  scale: float | None = None, mask: Tensor | None = None,
+                  name: str | None = None) -> Tensor:
+        """``softmax(q·kᵀ·scale [+ mask]) · v`` over the last two dimensions:
+        ``q[..., T, D]``, ``k[..., S, D]``, ``v[..., S, Dv]``; result ``[..., T, Dv]``.
+        With heads (``q[..., H, T, HD]`` from :meth:`split_heads`), key/value tensors
+        over fewer heads ``G`` are shared (GQA: head h reads ``h // (H/G)``).
+        ``causal`` masks keys after the query (needs S = T) and reduces over the
+        keys ``[: i + 1]`` only; ``scale`` defaults to ``1/√D``; ``mask`` is added to
+        the scores (broadcast by name). Kernels: scores, scale, mask, softmax (5),
+        ``P·V``."""
+        what = f"attention {q.name}, {k.name}, {v.name}"
+        r = len(q.dims)
+        if r < 2 or len(k.dims) != r or len(v.dims) != r:
+            raise IRError(f"{what}: query, key and value need the same rank (at least "
+                          f"2), got {list(q.dims)}, {list(k.dims)} and {list(v.dims)}")
+        vq, vk, vv = self._value(q), self._value(k), self._value(v)
+        kd, vd = list(k.dims), list(v.dims)
+        if r >= 3 and k.dims[-3] != q.dims[-3]:
+            vk, kd[-3] = self._shared_heads(k, q.dims[-3], what), q.dims[-3]
+        if r >= 3 and v.dims[-3] != q.dims[-3]:
+            vv, vd[-3] = self._shared_heads(v, q.dims[-3], what), q.dims[-3]
+        if kd[:-2] != list(q.dims[:-2]) or vd[:-2] != list(q.dims[:-2]) or \
+                kd[-1] != q.dims[-1] or kd[-2] != vd[-2]:
+            raise IRError(f"{what}: {q.name}{list(q.dims)}, {k.name}{list(k.dims)} and "
+                          f"{v.name}{list(v.dims)} do not match")
+        if causal and kd[-2] != q.dims[-2]:
+            raise IRError(f"{what}: causal attention needs the keys over the queries' "
+                          f"dimension {q.dims[-2]}, got {kd[-2]}")
+        if scale is None:
+            scale = 1.0 / math.sqrt(self.dims[q.dims[-1]].size)
+        vm = None
+        if mask is not None:
+            vm = self._aligned(mask, tuple(q.dims[:-1]) + (kd[-2],), None, what)
+        out = attend(self._k, vq, vk, vv, scale, causal, vm, what, self._new_name(name))
+        return self._array_out(out)
+
+    def slice(self, x: Tensor, along: str, start: int, end: int,
+              dim: str | None = None) -> Tensor:
+        """``x[..., start:end, ...]`` along dimension ``along``, a view over a new
+        dimension ``dim`` (declared here if new; default ``{along}_{start}``). Any
+        range of a point dimension; whole blocks of a tiled one (``start`` a multiple
+        of the block, ``end`` too or the end). No kernel, no name."""
+        what = f"slice {x.name}"
+        if x.dims.count(along) != 1:
+            raise UsageError(f"{what}: along must name one of its dimensions "
+                             f"{list(x.dims)} once, got {along!r}")
+        d = self.dims[along]
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= d.size):
+            raise UsageError(f"{what}: [{start}:{end}] is not a range of {along} "
+                             f"(size {d.size})")
+        if (start, end) == (0, d.size):
+            return x
+        if not d.point and (start % d.block or (end % d.block and end != d.size)):
+            raise UsageError(f"{what}: [{start}:{end}] of {along} is not whole blocks of "
+                             f"{d.block}")
+        dim = dim or f"{along}_{start}"
+        length = end - start
+        if dim not in self.dims:
+            if d.point:
+                self.point_dim(dim, length)
+            else:
+                self.dim(dim, length, d.block)
+        p = self.dims[dim]
+        if p.size != length or p.point != d.point or \
+                (not d.point and p.block != min(d.block, length)):
+            raise IRError(f"{what}: dimension {dim} ({p.size} in blocks of {p.block}) "
+                          f"is not {along}[{start}:{end}] in blocks of {d.block}")
+        axis = x.dims.index(along)
+        return self._view(V.slice_view(self._k.planner, self._value(x), axis, start, end,
+                                       dim, what), x)
+
+    def split(self, x: Tensor, along: str, sizes: Sequence[int],
+              dims: Sequence[str] | None = None) -> list[Tensor]:
+        """Consecutive slices of ``sizes`` along ``along`` (a fused q/k/v projection
+        split into q, k and v): views over the dimensions ``dims``."""
+        if sum(sizes) != self.dims.get(along, Dim(along, 1, 1)).size:
+            raise UsageError(f"split {x.name}: sizes {list(sizes)} do not add up to "
+                             f"{along}")
+        names = list(dims) if dims is not None else [None] * len(sizes)
+        if len(names) != len(sizes):
+            raise UsageError(f"split {x.name}: {len(sizes)} sizes but {len(names)} dims")
+        out, start = [], 0
+        for size, dim in zip(sizes, names):
+            out.append(self.slice(x, along, start, start + size, dim))
+            start += size
+        return out
+
+    def concat(self, pieces: Sequence[Tensor], dim: str, axis: int = -1,
+               name: str | None = None) -> Tensor:
+        """``cat(pieces)`` along position ``axis`` as the dimension ``dim`` (declared
+        here if new): the pieces agree on every other dimension and each has the same
+        whole number of blocks along ``axis`` (the halves of a rotary head, q/k/v
+        columns). One kernel."""
+        pieces = list(pieces)
+        what = "concat " + ", ".join(getattr(t, "name", repr(t)) for t in pieces)
+        if not pieces or not all(isinstance(t, Tensor) for t in pieces):
+            raise UsageError(f"{what}: needs a list of tensors")
+        rank = len(pieces[0].dims)
+        if not -rank <= axis < rank:
+            raise UsageError(f"{what}: axis {axis} out of range for rank {rank}")
+        axis %= rank
+        rest = [t.dims[:axis] + t.dims[axis + 1:] for t in pieces]
+        if any(len(t.dims) != rank for t in pieces) or len(set(rest)) != 1:
+            raise IRError(f"{what}: the pieces differ beyond axis {axis}: "
+                          + ", ".join(f"{t.name}{list(t.dims)}" for t in pieces))
+        d = self.dims[pieces[0].dims[axis]]
+        sizes = {(self.dims[t.dims[axis]].size, self.dims[t.dims[axis]].block) for t in pieces}
+        if len(sizes) != 1 or d.point or (len(pieces) > 1 and d.size % d.block):
+            raise UsageError(f"{what}: the pieces need the same whole number of blocks "
+                             f"along axis {axis}: " + ", ".join(
+                                 f"{t.name}{list(t.dims)}" for t in pieces))
+        if dim not in self.dims:
+            self.dim(dim, d.size * len(pieces), d.block)
+        return self._array_out(self._k.concat([self._value(t) for t in pieces], axis, dim,
+                                              what, self._new_name(name)))
+
+    def rotate_half(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``cat(-x2, x1)`` of the two halves of each row of every column block (the
+        rotary embeddings' rotation when a block is one head): one kernel."""
+        return self._array_out(self._k.rotate_half(self._value(x), f"rotate_half {x.name}",
+                                                   self._new_name(name)))
+
+    def copy(self, x: Tensor, name: str | None = None) -> Tensor:
+        """A new array holding ``x`` (a view materialised): one kernel."""
+        v = self._value(x)
+        return self._array_out(self._k.emit("copy", v.shape, v.axes,
+                                            lambda index: self._k.block(v, index),
+                                            self._new_name(name)))
+
     # -- result ----------------------------------------------------------------
     def build(self, *outputs: Tensor) -> Program:
+        """The program computing ``outputs`` (a view becomes a copy kernel's array)."""
+        outputs = tuple(self.copy(t) if isinstance(t, Tensor) and t.view is not None
+                        else t for t in outputs)
         out_names = tuple(t.name for t in outputs)
         in_names = tuple(t.name for t in self.inputs)
         rest = tuple(n for n in self.arrays if n not in in_names and n not in out_names)
@@ -427,3 +777,21 @@ class GraphBuilder:
         program = Program(self.name, tuple(self.dims.values()), arrays, in_names, out_names,
                           tuple(self.kernels), tuple(self.weights))
         return verify(program)
+
+
+def _swap_last(rank: int) -> list[int]:
+    """The permutation that swaps the last two axes."""
+    return list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
+def _embeddings(small: tuple[str, ...], big: tuple[str, ...]) -> list[tuple[int, ...]]:
+    """Every way to place ``small``'s dimensions, in order, among ``big``'s: the
+    positions in ``big`` of each one (the first, leftmost placement first)."""
+    if not small:
+        return [()]
+    out = []
+    for p, d in enumerate(big):
+        if d == small[0]:
+            out += [(p,) + tuple(p + 1 + q for q in rest)
+                    for rest in _embeddings(small[1:], big[p + 1:])]
+    return out

@@ -16,6 +16,7 @@ import attrs
 from ..errors import UsageError
 from ..ir.program import Program
 from .builder import GraphBuilder
+from .tensors import DEFAULT_BLOCK
 
 
 @attrs.frozen
@@ -52,7 +53,8 @@ def _sizes(w: Workload, sizes: dict, blocks: dict) -> tuple[dict, dict]:
         if d not in sizes and src in sizes:
             full[d] = sizes[src]
     full.update({d: v for d, v in sizes.items() if d in w.dims})
-    full_blocks = {d: min(full[d], blocks.get(d, w.blocks.get(d, 64))) for d in full}
+    full_blocks = {d: min(full[d], blocks.get(d, w.blocks.get(d, DEFAULT_BLOCK)))
+                   for d in full}
     full.update(w.params)
     full.update({d: v for d, v in sizes.items() if d in w.params})
     return full, full_blocks

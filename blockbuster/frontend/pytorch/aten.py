@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import math
 
-from ...ir import expr as E
-from . import values as V
+from ..tensors import values as V
+from ..tensors.composites import layer_norm, rms_norm, softmax
+from ..tensors.values import Value, scalar
 from .dims import ImportError_
-from .kernels import softmax
-from .values import Value, scalar
 
 HANDLERS: dict = {}
 
@@ -86,23 +85,7 @@ def _div(low, node, a, b, rounding_mode=None):
 
 @handles("pow.Tensor_Scalar")
 def _pow(low, node, x, exponent):
-    simple = {2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "recip"}
-    if exponent in simple:
-        return low.k.elementwise(simple[exponent], [x], node.name)
-    if exponent == 1:
-        return x
-    if float(exponent).is_integer() and 2 < exponent <= 8:
-        n = int(exponent)
-
-        def power(index):
-            b = low.k.block(x, index)
-            out = b
-            for _ in range(n - 1):
-                out = E.call("mul", out, b)
-            return out
-        return low.k.emit("pow", x.shape, x.axes, power)
-    raise ImportError_(f"x ** {exponent} is not supported (only small integer powers "
-                       f"and ±0.5)")
+    return low.k.power(x, exponent, node.name)
 
 
 @handles("gelu.default")
@@ -170,19 +153,8 @@ def _last_axis(x: Value, shape, what: str) -> int:
 
 @handles("layer_norm.default")
 def _layer_norm(low, node, x, shape, weight=None, bias=None, eps=1e-5, *rest):
-    k, what = low.k, node.name
     axis = _last_axis(x, shape, "layer_norm")
-    mean = k.reduce("sum", x, axis, what, True, scale=1.0 / x.shape[axis])
-    centred = k.elementwise("sub", [x, mean], what)
-    var = k.reduce("sum", k.elementwise("square", [centred], what), axis, what, True,
-                   scale=1.0 / x.shape[axis])
-    rstd = k.elementwise("rsqrt", [k.elementwise("add", [var, scalar(eps)], what)], what)
-    out = k.elementwise("mul", [centred, rstd], what)
-    if weight is not None:
-        out = k.elementwise("mul", [out, weight], what)
-    if bias is not None:
-        out = k.elementwise("add", [out, bias], what)
-    return out
+    return layer_norm(low.k, x, axis, weight, bias, eps, node.name)
 
 
 @handles("native_layer_norm.default")
@@ -192,15 +164,10 @@ def _native_layer_norm(low, node, x, shape, weight, bias, eps):
 
 @handles("rms_norm.default")
 def _rms_norm(low, node, x, shape, weight=None, eps=None):
-    k, what = low.k, node.name
     axis = _last_axis(x, shape, "rms_norm")
     if eps is None:
         eps = 1.1920928955078125e-07          # torch: finfo(float32).eps
-    ms = k.reduce("sum", k.elementwise("square", [x], what), axis, what, True,
-                  scale=1.0 / x.shape[axis])
-    rinv = k.elementwise("rsqrt", [k.elementwise("add", [ms, scalar(eps)], what)], what)
-    out = k.elementwise("mul", [x, rinv], what)
-    return k.elementwise("mul", [out, weight], what) if weight is not None else out
+    return rms_norm(low.k, x, axis, weight, eps, node.name)
 
 
 # --- matrix products -----------------------------------------------------------------------
@@ -319,8 +286,7 @@ def _cat(low, node, xs, dim=0):
         raise ImportError_("concatenation is supported as the rotate-half of rotary "
                            "embeddings (cat(-x2, x1)) only")
     x = low.values[source.name] if source.name in low.values else low.value(source)
-    return low.k.emit("rotate_half", x.shape, x.axes,
-                      lambda index: E.call("rotate_half", low.k.block(x, index)))
+    return low.k.rotate_half(x, node.name)
 
 
 HANDLERS["<built-in function getitem>"] = _getitem

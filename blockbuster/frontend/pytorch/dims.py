@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import attrs
 
-from ...errors import UsageError
 from ...ir.types import Dim
+from ..tensors import DEFAULT_BLOCK
+from ..tensors.errors import TensorError
 
-#: Block size of a tiled dimension nobody constrains (the builder's default).
-DEFAULT_BLOCK = 64
 
 
-class ImportError_(UsageError):
-    """A model cannot be imported (unsupported operator, layout or size). ``node``
-    names the graph node that could not be lowered, when one is to blame."""
-
-    def __init__(self, message: str, node: str | None = None):
-        super().__init__(message)
-        self.node = node
+#: A model cannot be imported (unsupported operator, layout or size); ``node`` names
+#: the graph node that could not be lowered. The tensor layer's error, so that what
+#: it raises while lowering a node is an import error too.
+ImportError_ = TensorError
 
 
 @attrs.define

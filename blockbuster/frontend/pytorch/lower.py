@@ -15,11 +15,11 @@ import numpy as np
 from ...ir.index import IVar
 from ...ir.program import Program, dims_named_by
 from ...ir.verify import verify
+from ..tensors.kernels import KernelEmitter
+from ..tensors.values import Value, scalar
 from . import aten
 from .capture import source_line
 from .dims import DimPlanner, ImportError_
-from .kernels import KernelEmitter
-from .values import Value, scalar
 
 
 @attrs.frozen

@@ -15,14 +15,26 @@ array: no kernel, no copy. The fusion rules see exactly what the kernels read.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import attrs
 
 from ...ir import expr as E
 from ...ir.expr import Expr
 from ...ir.index import IConst, Idx, IVar
-from .dims import DimPlanner, ImportError_
+from .errors import TensorError
+
+
+class Planner(Protocol):
+    """Which program dimension each axis is (see the package docstring)."""
+
+    planning: bool
+
+    def dim(self, axis): ...
+    def unify(self, a, b, what: str): ...
+    def mark_tiled(self, axis) -> None: ...
+
 
 Index = tuple  # per axis: Idx (block index) or None (broadcast axis)
 Loader = Callable[[Index], Expr]
@@ -31,7 +43,7 @@ Loader = Callable[[Index], Expr]
 @attrs.frozen
 class Value:
     shape: tuple[int, ...]
-    axes: tuple[int | None, ...]     # dimension class per axis; None: broadcast
+    axes: tuple                      # per axis its planner's dimension; None: broadcast
     loader: Loader | None            # None for a Python scalar
     order: tuple[int, ...] = ()      # tiled axes (positions) in the loaded block's order
     scalar: float | None = None
@@ -51,7 +63,7 @@ def scalar(x: float) -> Value:
     return Value((), (), None, (), float(x))
 
 
-def array_value(planner: DimPlanner, name: str, shape: Sequence[int],
+def array_value(planner: Planner, name: str, shape: Sequence[int],
                 axes: Sequence[int | None]) -> Value:
     """The value of global array ``name`` whose dims are the non-broadcast axes."""
     stored = [p for p, c in enumerate(axes) if c is not None]
@@ -62,7 +74,7 @@ def array_value(planner: DimPlanner, name: str, shape: Sequence[int],
     return Value(tuple(shape), tuple(axes), loader, order, array=name)
 
 
-def tiled_positions(planner: DimPlanner, v: Value) -> tuple[int, ...]:
+def tiled_positions(planner: Planner, v: Value) -> tuple[int, ...]:
     return tuple(p for p, c in enumerate(v.axes) if c is not None
                  and not planner.dim(c).point)
 
@@ -90,10 +102,10 @@ def expand(v: Value, shape: Sequence[int]) -> Value:
                   for i, s in enumerate(shape))
     lead = len(shape) - v.rank
     if lead < 0:
-        raise ImportError_(f"expand: {list(v.shape)} to fewer axes {list(shape)}")
+        raise TensorError(f"expand: {list(v.shape)} to fewer axes {list(shape)}")
     for p, (old, new) in enumerate(zip(v.shape, shape[lead:])):
         if old != new and old != 1:
-            raise ImportError_(f"expand: axis {p} of {old} cannot become {new}")
+            raise TensorError(f"expand: axis {p} of {old} cannot become {new}")
     return _pad(v, lead, shape)
 
 
@@ -118,7 +130,7 @@ def insert_axis(v: Value, at: int) -> Value:
 def drop_axis(v: Value, at: int) -> Value:
     """``squeeze``/``select`` of a broadcast axis (size 1 or expanded)."""
     if v.axes[at] is not None:
-        raise ImportError_(f"cannot drop axis {at} of size {v.shape[at]}")
+        raise TensorError(f"cannot drop axis {at} of size {v.shape[at]}")
 
     def loader(index: Index) -> Expr:
         return v.load(tuple(index[:at]) + (None,) + tuple(index[at:]))
@@ -128,7 +140,7 @@ def drop_axis(v: Value, at: int) -> Value:
                         order=tuple(p - (p > at) for p in v.order))
 
 
-def reshape(planner: DimPlanner, v: Value, shape: Sequence[int], what: str) -> Value:
+def reshape(planner: Planner, v: Value, shape: Sequence[int], what: str) -> Value:
     """A view with a new shape: size-1 axes come and go; an axis splits into
     (heads, head size) or merges back; point axes split and merge freely."""
     shape = _infer(list(shape), v.shape, what)
@@ -161,18 +173,18 @@ def _infer(shape: list[int], old: tuple, what: str) -> list[int]:
     for s in shape:
         n *= s
     if n != total:
-        raise ImportError_(f"{what}: cannot view {list(old)} as {shape}")
+        raise TensorError(f"{what}: cannot view {list(old)} as {shape}")
     return shape
 
 
-def _regroup(planner: DimPlanner, v: Value, shape: list[int], what: str) -> Value:
+def _regroup(planner: Planner, v: Value, shape: list[int], what: str) -> Value:
     """Reshape between two shapes without size-1 axes, group by group."""
     i = j = 0
     out = v
     pos = 0       # position in ``out`` of the next old axis
     while i < v.rank or j < len(shape):
         if i >= v.rank or j >= len(shape):
-            raise ImportError_(f"{what}: cannot view {list(v.shape)} as {shape}")
+            raise TensorError(f"{what}: cannot view {list(v.shape)} as {shape}")
         a, b = v.shape[i], shape[j]
         if a == b:
             i, j, pos = i + 1, j + 1, pos + 1
@@ -182,7 +194,7 @@ def _regroup(planner: DimPlanner, v: Value, shape: list[int], what: str) -> Valu
             while prod < a:
                 parts.append(shape[j]); prod *= shape[j]; j += 1
             if prod != a:
-                raise ImportError_(f"{what}: cannot view {list(v.shape)} as {shape}")
+                raise TensorError(f"{what}: cannot view {list(v.shape)} as {shape}")
             out = _split(planner, out, pos, parts, what)
             i, pos = i + 1, pos + len(parts)
         else:                                       # old axes merge into one
@@ -190,74 +202,100 @@ def _regroup(planner: DimPlanner, v: Value, shape: list[int], what: str) -> Valu
             while prod < b:
                 prod *= v.shape[i + count]; count += 1
             if prod != b:
-                raise ImportError_(f"{what}: cannot view {list(v.shape)} as {shape}")
+                raise TensorError(f"{what}: cannot view {list(v.shape)} as {shape}")
             out = _merge(planner, out, pos, count, what)
             i, j, pos = i + count, j + 1, pos + 1
     return out
 
 
-def _split(planner: DimPlanner, v: Value, at: int, parts: list[int], what: str) -> Value:
+def _split(planner: Planner, v: Value, at: int, parts: list[int], what: str) -> Value:
     cls = v.axes[at]
     if cls is None:                                  # an expanded axis: stays broadcast
         return _replace_axes(v, at, 1, tuple(parts), (None,) * len(parts), None)
     if len(parts) != 2:
-        raise ImportError_(f"{what}: splitting an axis of {v.shape[at]} into {parts} "
+        raise TensorError(f"{what}: splitting an axis of {v.shape[at]} into {parts} "
                            f"is not supported (only into heads × head size)")
     heads, size = parts
     outer, inner = planner.new(heads, "H"), planner.new(size, "HD")
     planner.link_split(cls, outer, inner, what)
-    sizes, axes = (heads, size), (outer, inner)
     if planner.planning:
-        return _replace_axes(v, at, 1, sizes, axes, _dummy)
-    if planner.dim(cls).point:                       # a point axis: index arithmetic
+        return _replace_axes(v, at, 1, (heads, size), (outer, inner), _dummy)
+    return split_view(planner, v, at, outer, inner, what)
+
+
+def split_view(planner: Planner, v: Value, at: int, heads, inner, what: str) -> Value:
+    """Axis ``at`` viewed as (``heads``, ``inner``) axes. A point axis splits by index
+    arithmetic; on a tiled axis head h is column block h (the block is one head) or,
+    when ``inner`` has several blocks, the blocks ``h·n .. h·n + n - 1``."""
+    size = planner.dim(inner).size
+    sizes, axes = (planner.dim(heads).size, size), (heads, inner)
+    if planner.dim(v.axes[at]).point:                # a point axis: index arithmetic
         def loader(index: Index) -> Expr:
             o, i = index[at], index[at + 1]
             return v.load(tuple(index[:at]) + (o * size + i,) + tuple(index[at + 2:]))
         return _replace_axes(v, at, 1, sizes, axes, loader)
     if v.order[-1:] != (at,):
-        raise ImportError_(f"{what}: only the last axis of a block splits into heads")
+        raise TensorError(f"{what}: only the last axis of a block splits into heads")
     inner_dim = planner.dim(inner).name
+    per_head = planner.dim(inner).nblocks            # column blocks per head
 
-    def loader(index: Index) -> Expr:                # head h = column block h
-        old = tuple(index[:at]) + (across(index[at]),) + tuple(index[at + 2:])
-        return E.call("relabel", E.pos(inner_dim, index[at + 1]), v.load(old))
+    def loader(index: Index) -> Expr:                # head h = column blocks of h
+        h, d = index[at], index[at + 1]
+        col = across(h) if per_head == 1 else h * per_head + d
+        old = tuple(index[:at]) + (col,) + tuple(index[at + 2:])
+        return E.call("relabel", E.pos(inner_dim, index[at + 1]), _unlabelled(v.load(old)))
     return _replace_axes(v, at, 1, sizes, axes, loader)
 
 
-def _merge(planner: DimPlanner, v: Value, at: int, count: int, what: str) -> Value:
+def _merge(planner: Planner, v: Value, at: int, count: int, what: str) -> Value:
     if count != 2:
-        raise ImportError_(f"{what}: merging {count} axes into one is not supported")
+        raise TensorError(f"{what}: merging {count} axes into one is not supported")
     c1, c2 = v.axes[at], v.axes[at + 1]
     n1, n2 = v.shape[at], v.shape[at + 1]
     if c1 is None and c2 is None:
         return _replace_axes(v, at, 2, (n1 * n2,), (None,), None)
     if c1 is None:
-        raise ImportError_(f"{what}: tiling an axis by repetition is not supported")
+        raise TensorError(f"{what}: tiling an axis by repetition is not supported")
     merged = planner.new(n1 * n2, "H" if c2 is None else "E")
     planner.link_merge(c1, c2, merged, what)
     if planner.planning:
         return _replace_axes(v, at, 2, (n1 * n2,), (merged,), _dummy)
+    return merge_view(planner, v, at, merged, what)
+
+
+def merge_view(planner: Planner, v: Value, at: int, merged, what: str) -> Value:
+    """Axes ``at`` and ``at + 1`` viewed as one axis ``merged``: (key/value heads,
+    shared copies) -> heads reads head ``h // copies``; two point axes (batch ×
+    heads) split a point index back; (heads, tiled head columns) -> column block m is
+    head m."""
+    c1, c2 = v.axes[at], v.axes[at + 1]
+    n2 = v.shape[at + 1]
+    size = (v.shape[at] * n2,)
     d1, dm = planner.dim(c1), planner.dim(merged)
     if c2 is None:                    # (kv heads, shared copies) -> heads: h // copies
         def loader(index: Index) -> Expr:
             h = index[at]
             return v.load(tuple(index[:at]) + (h // n2, None) + tuple(index[at + 1:]))
-        return _replace_axes(v, at, 2, (n1 * n2,), (merged,), loader)
+        return _replace_axes(v, at, 2, size, (merged,), loader)
     d2 = planner.dim(c2)
     if d1.point and d2.point:         # batch × heads: a point index splits back
         def loader(index: Index) -> Expr:
             m = index[at]
             return v.load(tuple(index[:at]) + (m // n2, m - (m // n2) * n2)
                           + tuple(index[at + 1:]))
-        return _replace_axes(v, at, 2, (n1 * n2,), (merged,), loader)
+        return _replace_axes(v, at, 2, size, (merged,), loader)
     if v.order[-1:] != (at + 1,):
-        raise ImportError_(f"{what}: only heads in the last axis of a block merge")
+        raise TensorError(f"{what}: only heads in the last axis of a block merge")
+
+    per_head = d2.nblocks                            # column blocks per head
 
     def loader(index: Index) -> Expr:                # column block m = head m
         m = index[at]
-        inner = v.load(tuple(index[:at]) + (across(m), IConst(0)) + tuple(index[at + 1:]))
-        return E.call("relabel", E.pos(dm.name, m), inner)
-    return _replace_axes(v, at, 2, (n1 * n2,), (merged,), loader)
+        head, blk = (across(m), IConst(0)) if per_head == 1 else \
+            (m // per_head, m - (m // per_head) * per_head)
+        inner = v.load(tuple(index[:at]) + (head, blk) + tuple(index[at + 1:]))
+        return E.call("relabel", E.pos(dm.name, m), _unlabelled(inner))
+    return _replace_axes(v, at, 2, size, (merged,), loader)
 
 
 def _dummy(index: Index) -> Expr:
@@ -291,7 +329,7 @@ def across(ix: Idx) -> Idx:
     return ix // 1 if isinstance(ix, IVar) else ix
 
 
-def slice_axis(planner: DimPlanner, v: Value, axis: int, start, end, step, what: str) -> Value:
+def slice_axis(planner: Planner, v: Value, axis: int, start, end, step, what: str) -> Value:
     """``v[..., start:end, ...]`` along ``axis``: free on a broadcast or point axis;
     on a tiled axis only whole blocks (a block-aligned start; the end aligned or the
     axis's end), so the slice is a view with shifted block indices."""
@@ -299,7 +337,7 @@ def slice_axis(planner: DimPlanner, v: Value, axis: int, start, end, step, what:
     start = 0 if start is None else (start + n if start < 0 else start)
     end = n if end is None else (end + n if end < 0 else min(end, n))
     if step != 1:
-        raise ImportError_(f"{what}: slicing with a step of {step} is not supported")
+        raise TensorError(f"{what}: slicing with a step of {step} is not supported")
     if (start, end) == (0, n):
         return v
     length = end - start
@@ -310,19 +348,43 @@ def slice_axis(planner: DimPlanner, v: Value, axis: int, start, end, step, what:
     planner.link_slice(cls, part, what)
     if planner.planning:
         return _replace_axes(v, axis, 1, (length,), (part,), _dummy)
-    d = planner.dim(cls)
+    return slice_view(planner, v, axis, start, end, part, what)
+
+
+def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part,
+               what: str) -> Value:
+    """``v[..., start:end, ...]`` along ``axis`` as the axis ``part``: any range of a
+    point axis; whole blocks of a tiled one (shifted block indices)."""
+    n, length = v.shape[axis], end - start
+    d = planner.dim(v.axes[axis])
     if d.point:
         def loader(index: Index) -> Expr:
             return v.load(tuple(index[:axis]) + (index[axis] + start,)
                           + tuple(index[axis + 1:]))
         return _replace_axes(v, axis, 1, (length,), (part,), loader)
     if start % d.block or (end % d.block and end != n):
-        raise ImportError_(f"{what}: slicing [{start}:{end}] of an axis tiled in blocks "
-                           f"of {d.block} (only whole blocks can be sliced)")
+        raise TensorError(f"{what}: slicing [{start}:{end}] of an axis tiled in blocks "
+                          f"of {d.block} (only whole blocks can be sliced)")
     offset = start // d.block
+    label = planner.dim(part).name
+    at = v.order.index(axis) if len(v.order) == 2 else None
 
     def loader(index: Index) -> Expr:
         i = index[axis]
-        return v.load(tuple(index[:axis]) + (i + offset if offset else across(i),)
-                      + tuple(index[axis + 1:]))
+        e = v.load(tuple(index[:axis]) + (i + offset if offset else across(i),)
+                   + tuple(index[axis + 1:]))
+        return e if at is None else relabel_at(e, at, label, i)
     return _replace_axes(v, axis, 1, (length,), (part,), loader)
+
+
+def relabel_at(e: Expr, at: int, dim: str, index) -> Expr:
+    """Block ``e`` with its axis ``at`` (0: rows, 1: columns) labelled ``dim`` (the
+    dimension of a slice or a concatenation, whose blocks are those of another)."""
+    if at == 1:
+        return E.call("relabel", E.pos(dim, index), _unlabelled(e))
+    return E.call("transpose", E.call("relabel", E.pos(dim, index), E.call("transpose", e)))
+
+
+def _unlabelled(e: Expr) -> Expr:
+    """``e`` without a column relabelling (another one replaces it)."""
+    return e.args[1] if e.op == "relabel" else e

@@ -1,10 +1,11 @@
 """Unfused kernels over tensors of any rank: one kernel per primitive operation.
 
-The same lowering runs twice (see :mod:`.dims`): while planning, expressions are
-placeholders and only the dimension classes matter; while emitting, each call adds
-one kernel to the program, exactly as the hand-written builder does (a softmax is
-max, shift, exp, sum and divide kernels), so the fusion rules see the structure they
-know. Broadcasting follows PyTorch: leading and size-1 axes broadcast for free (they
+The PyTorch importer runs its lowering twice (see
+:mod:`blockbuster.frontend.pytorch.dims`): while planning, expressions are
+placeholders and only the dimension classes matter; while emitting (and always for
+the builder), each call adds one kernel to the program (a softmax is max, shift, exp,
+sum and divide kernels: :mod:`.composites`), so the fusion rules see the structure
+they know. Broadcasting follows PyTorch: leading and size-1 axes broadcast for free (they
 are not indexed); a per-row or per-column vector against a block uses the block
 broadcast operators (``rowshift``, ``colscale``, ...).
 """
@@ -12,15 +13,15 @@ broadcast operators (``rowshift``, ``colscale``, ...).
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ...ir import expr as E
 from ...ir.expr import Expr
-from ...ir.index import IVar
+from ...ir.index import IConst, IVar
 from ...ir.program import Kernel, Store
 from ...ir.types import GlobalArray
-from .dims import DimPlanner, ImportError_
-from .values import Index, Value, array_value, expand, insert_axis
+from .errors import TensorError
+from .values import Index, Planner, Value, array_value, expand, insert_axis, relabel_at
 
 _ROW = {"add": lambda v, a: E.call("rowshift", v, a),
         "mul": lambda v, a: E.call("rowscale", v, a)}
@@ -31,11 +32,13 @@ _COL = {"add": lambda v, a: E.call("colshift", v, a),
 class KernelEmitter:
     """Kernels and arrays of one lowering pass."""
 
-    def __init__(self, planner: DimPlanner):
+    def __init__(self, planner: Planner, fresh: Callable[[str], str] | None = None):
         self.planner = planner
         self.kernels: list[Kernel] = []
         self.arrays: dict[str, GlobalArray] = {}
         self._taken: set[str] = set()
+        if fresh is not None:         # the caller's naming scheme for new arrays
+            self.fresh = fresh
 
     # -- arrays and loops ------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -72,7 +75,7 @@ class KernelEmitter:
                 index.append(None)
                 continue
             dim = self.planner.dim(c).name
-            var = _var(dim, taken)
+            var = binder_name(dim, taken)
             taken.add(var)
             loops.append((var, dim))
             index.append(IVar(var))
@@ -80,7 +83,7 @@ class KernelEmitter:
         if not self.planner.planning:
             tiled = [c for c in axes if c is not None and not self.planner.dim(c).point]
             if len(tiled) > 2:
-                raise ImportError_(f"{name}: a tensor of shape {list(shape)} would need "
+                raise TensorError(f"{name}: a tensor of shape {list(shape)} would need "
                                    f"blocks over {len(tiled)} axes (at most 2)")
         self.kernels.append(Kernel(name, tuple(loops),
                                    (Store(name, tuple(i for i in index if i is not None),
@@ -102,7 +105,7 @@ class KernelEmitter:
             return e
         if tuple(reversed(v.order)) == want and len(want) == 2:
             return E.call("transpose", e)
-        raise ImportError_(f"{v.array or 'a tensor'}: cannot arrange axes {v.order} as {want}")
+        raise TensorError(f"{v.array or 'a tensor'}: cannot arrange axes {v.order} as {want}")
 
     # -- elementwise -------------------------------------------------------------------------
     def broadcast(self, values: Sequence[Value], what: str) -> tuple[tuple, tuple, list]:
@@ -118,7 +121,7 @@ class KernelEmitter:
             v = expand(v, (1,) * (rank - v.rank) + v.shape) if v.rank < rank else v
             for p, (s, c) in enumerate(zip(v.shape, v.axes)):
                 if s != 1 and shape[p] not in (1, s):
-                    raise ImportError_(f"{what}: shapes {[list(t.shape) for t in tensors]} "
+                    raise TensorError(f"{what}: shapes {[list(t.shape) for t in tensors]} "
                                        f"do not broadcast")
                 shape[p] = max(shape[p], s)
                 if c is not None:
@@ -131,7 +134,7 @@ class KernelEmitter:
                     name: str | None = None) -> Value:
         shape, axes, operands = self.broadcast(values, what)
         if all(v.loader is None for v in operands):
-            raise ImportError_(f"{what}: an operation on constants only")
+            raise TensorError(f"{what}: an operation on constants only")
 
         def value(index: Index) -> Expr:
             return self._combine(op, operands, axes, index, what)
@@ -167,12 +170,15 @@ class KernelEmitter:
 
     # -- reductions ---------------------------------------------------------------------------
     def reduce(self, combiner: str, v: Value, axis: int, what: str, keepdim: bool = False,
-               scale: float | None = None, hi_of: Callable | None = None) -> Value:
+               scale: float | None = None, hi_of: Callable | None = None,
+               hint: str | None = None, name: str | None = None) -> Value:
         """Reduce ``v`` over one axis with ``sum`` or ``max`` (times ``scale``)."""
+        if combiner not in ("sum", "max"):
+            raise TensorError(f"{what}: reduce with sum or max, not {combiner!r}")
         axis %= v.rank
         cls = v.axes[axis]
         if cls is None:
-            raise ImportError_(f"{what}: reducing a broadcast axis is not supported")
+            raise TensorError(f"{what}: reducing a broadcast axis is not supported")
         self.planner.mark_tiled(cls)
         out_axes = v.axes[:axis] + v.axes[axis + 1:]
         out_shape = v.shape[:axis] + v.shape[axis + 1:]
@@ -180,20 +186,20 @@ class KernelEmitter:
 
         def value(index: Index) -> Expr:
             taken = {str(i) for i in index if i is not None}
-            var = _var(dim, taken)
+            var = binder_name(dim, taken)
             full = tuple(index[:axis]) + (IVar(var),) + tuple(index[axis:])
             blk = self.block(v, full)
             t = self.tiled(v)
             if not self.planner.planning and len(t) != 2:
-                raise ImportError_(f"{what}: reducing a tensor with blocks over {len(t)} "
+                raise TensorError(f"{what}: reducing a tensor with blocks over {len(t)} "
                                    f"axis(es) is not supported (needs rows and columns)")
             block_op = ("row" if self.planner.planning or t[-1] == axis else "col") + \
                 ("sum" if combiner == "sum" else "max")
             bounds = hi_of(index) if hi_of else {}
             total = E.reduce(combiner, var, dim, E.call(block_op, blk), **bounds)
             return E.call("mul", total, E.const(scale)) if scale is not None else total
-        out = self.emit("row" + combiner if scale is None else "mean", out_shape, out_axes,
-                        value)
+        hint = hint or ("row" + combiner if scale is None else "mean")
+        out = self.emit(hint, out_shape, out_axes, value, name)
         return insert_axis(out, axis) if keepdim else out
 
     # -- matmul --------------------------------------------------------------------------------
@@ -201,12 +207,12 @@ class KernelEmitter:
                hi_of: Callable | None = None) -> Value:
         """``a @ b`` over the last two axes, broadcasting the leading ones."""
         if a.rank < 2 or b.rank < 2:
-            raise ImportError_(f"{what}: matrix-vector products are not supported")
+            raise TensorError(f"{what}: matrix-vector products are not supported")
         ka, kb = a.axes[-1], b.axes[-2]
         if a.shape[-1] != b.shape[-2]:
-            raise ImportError_(f"{what}: contracts {a.shape[-1]} with {b.shape[-2]}")
+            raise TensorError(f"{what}: contracts {a.shape[-1]} with {b.shape[-2]}")
         if ka is None or kb is None:
-            raise ImportError_(f"{what}: contracting a broadcast axis is not supported")
+            raise TensorError(f"{what}: contracting a broadcast axis is not supported")
         k = self.planner.unify(ka, kb, what)
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
@@ -220,7 +226,7 @@ class KernelEmitter:
 
         def value(index: Index) -> Expr:
             taken = {str(i) for i in index if i is not None}
-            var = _var(kdim, taken)
+            var = binder_name(kdim, taken)
             lead = tuple(index[:n])
             ia = _align(lead, a.rank - 2) + (index[n], IVar(var))
             ib = _align(lead, b.rank - 2) + (IVar(var), index[n + 1])
@@ -229,17 +235,72 @@ class KernelEmitter:
                                                      self.block(b, ib)), **bounds)
         return self.emit("matmul", shape, axes, value, name)
 
+    def concat(self, pieces: Sequence[Value], axis: int, out_axis, what: str,
+               name: str | None = None) -> Value:
+        """``cat(pieces)`` along the tiled ``axis`` as the dimension ``out_axis``: one
+        kernel. Every piece has the same whole number ``n`` of blocks there, so output
+        block ``c`` is block ``c mod n`` of piece ``c // n``, chosen per element by its
+        global position (each piece's block is read; the wrong ones are discarded)."""
+        first = pieces[0]
+        dims = [self.planner.dim(p.axes[axis]) for p in pieces]
+        d, out = dims[0], self.planner.dim(out_axis)
+        if any(x.point for x in dims) or any((x.size, x.block) != (d.size, d.block)
+                                             for x in dims) or \
+                (len(pieces) > 1 and d.size % d.block) or out.block != d.block or \
+                out.size != d.size * len(pieces):
+            raise TensorError(f"{what}: only pieces of the same whole number of blocks "
+                              f"along a tiled axis concatenate (got "
+                              f"{[(x.name, x.size, x.block) for x in dims]})")
+        n = d.nblocks
+        tiled = self.tiled(first)
+        if axis not in tiled:
+            raise TensorError(f"{what}: axis {axis} is not tiled")
+        at = tiled.index(axis)
+        if len(tiled) != 2:
+            raise TensorError(f"{what}: concatenation needs blocks over two axes")
+        side = "colshift" if at == 1 else "rowshift"
+        axes = first.axes[:axis] + (out_axis,) + first.axes[axis + 1:]
 
-def softmax(k: "KernelEmitter", x: Value, axis: int, what: str, log: bool = False, hi_of=None) -> Value:
-    """max, shift, exp, sum, normalise: the kernels of the builder's softmax."""
-    m = k.reduce("max", x, axis, what, keepdim=True, hi_of=hi_of)
-    shifted = k.elementwise("sub", [x, m], what)
-    e = k.elementwise("exp", [shifted], what)
-    s = k.reduce("sum", e, axis, what, keepdim=True, hi_of=hi_of)
-    if log:
-        return k.elementwise("sub", [shifted, k.elementwise("log", [s], what)], what)
-    return k.elementwise("div", [e, s], what)
+        def value(index: Index) -> Expr:
+            c = index[axis]
+            inner = c - (c // n) * n if n > 1 else IConst(0)
+            blocks = [relabel_at(self.block(p, tuple(index[:axis]) + (inner,)
+                                            + tuple(index[axis + 1:])), at, out.name, c)
+                      for p in pieces]
+            zero = E.call("mul", E.call("ones", blocks[0]), E.const(0.0))
+            acc = blocks[0]
+            for j, b in enumerate(blocks[1:], 1):
+                after = E.call("ge", E.pos(out.name, c), E.const(float(j * d.size)))
+                acc = E.call("where", E.call(side, after, zero), b, acc)
+            return acc
+        shape = first.shape[:axis] + (out.size,) + first.shape[axis + 1:]
+        return self.emit("concat", shape, axes, value, name)
 
+    def power(self, x: Value, exponent: float, what: str, name: str | None = None) -> Value:
+        """``x ** exponent`` for 2, ±0.5, -1 (one operator each), 1 (``x`` itself) and
+        small integers up to 8 (a product of loads in one kernel)."""
+        simple = {2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "recip"}
+        if exponent in simple:
+            return self.elementwise(simple[exponent], [x], what, name)
+        if exponent == 1 and name is None:
+            return x
+        if float(exponent).is_integer() and 1 <= exponent <= 8:
+            n = int(exponent)
+
+            def power(index):
+                b = self.block(x, index)
+                out = b
+                for _ in range(n - 1):
+                    out = E.call("mul", out, b)
+                return out
+            return self.emit("pow", x.shape, x.axes, power, name)
+        raise TensorError(f"{what}: x ** {exponent} is not supported (only integer "
+                          f"powers up to 8, ±0.5 and -1)")
+
+    def rotate_half(self, v: Value, what: str, name: str | None = None) -> Value:
+        """``cat(-x2, x1)`` of the halves of each row (rotary embeddings): one kernel."""
+        return self.emit("rotate_half", v.shape, v.axes,
+                         lambda index: E.call("rotate_half", self.block(v, index)), name)
 
 
 def _lead(v: Value) -> Value:
@@ -259,7 +320,7 @@ def _kind(tiled: tuple, full: tuple) -> str:
         return "scalar"
     if len(tiled) == 1 and len(full) == 2:
         return "row" if tiled[0] == full[0] else "col"
-    raise ImportError_(f"cannot broadcast blocks over axes {tiled} against {full}")
+    raise TensorError(f"cannot broadcast blocks over axes {tiled} against {full}")
 
 
 def _vector_op(op: str, args: list, kinds: list) -> Expr:
@@ -287,7 +348,10 @@ def _vector_op(op: str, args: list, kinds: list) -> Expr:
     return table[op](vec, blk)
 
 
-def _var(dim: str, taken) -> str:
+def binder_name(dim: str, taken=()) -> str:
+    """A binder name for ``dim`` (its lower-case name) not in ``taken``: a kernel's
+    loops and the binders inside it never share a name, so no binder shadows another
+    (``X[N, M] @ W[M, M]`` sums over ``m2``, not over the loop's ``m``)."""
     base = "".join(ch for ch in dim.lower() if ch.isalnum()) or "v"
     if base[0].isdigit():
         base = "v" + base
