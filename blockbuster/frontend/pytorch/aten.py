@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from ...ir import expr as E
+
 from ..tensors import values as V
 from ..tensors.composites import layer_norm, rms_norm, softmax
 from ..tensors.values import Value, scalar
