@@ -184,7 +184,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
     import torch
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
-    from .lower import GraphSource, input_dependent, record_values
+    from .lower import GraphSource, input_dependent, record_graph, record_values
 
     specs = ep.graph_signature.input_specs
     kind = {s.arg.name: s.kind.name for s in specs}
@@ -212,7 +212,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
             kinds = {}
             for i, ph in enumerate(n for n in sub.graph.nodes if n.op == "placeholder"):
                 kinds[ph.name] = "PARAMETER" if i in positions else "USER_INPUT"
-            values = _record(sub, inputs)
+            values = record_graph(sub, inputs)
             return GraphSource(sub.graph, kinds, {n: n for n in kinds}, values)
         inputs = [recorded[a] for a in arg_names]
         region = CompiledRegion(source_of, inputs, positions, opts, node.target)
@@ -226,21 +226,6 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
                 for s in specs]
         return fused_gm(*flat)
     return run
-
-
-def _record(gm, inputs) -> dict:
-    import torch
-    recorded = {}
-
-    class Recorder(torch.fx.Interpreter):
-        def run_node(self, n):
-            out = super().run_node(n)
-            if isinstance(out, torch.Tensor):
-                recorded[n.name] = out
-            return out
-    with torch.no_grad():
-        Recorder(gm).run(*inputs)
-    return recorded
 
 
 def _region_module():

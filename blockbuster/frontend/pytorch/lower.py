@@ -214,7 +214,6 @@ def input_dependent(graph, kind: dict) -> set:
 
 def record_values(ep, example_inputs) -> dict:
     """Every node's value at the example inputs (constants fold from these)."""
-    torch = _torch()
     gm = ep.graph_module
     state = {**ep.state_dict, **getattr(ep, "constants", {})}
     args = []
@@ -224,6 +223,12 @@ def record_values(ep, example_inputs) -> dict:
             args.append(next(user))
         else:
             args.append(state[spec.target])
+    return record_graph(gm, args)
+
+
+def record_graph(gm, args) -> dict:
+    """Run ``gm`` on ``args``; every tensor-valued node's value, by node name."""
+    torch = _torch()
     recorded = {}
 
     class Recorder(torch.fx.Interpreter):
