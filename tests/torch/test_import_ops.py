@@ -148,3 +148,20 @@ def test_embedding_lookup_then_layer_norm():
         with torch.no_grad():
             want = m64.eval()(ids).numpy()
         assert max_rel_error(got[0], want) < 1e-5
+
+
+def test_attention_with_logits_of_1e4_stays_finite_fused():
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t, d = 41, 16
+    q = torch.randn(1, 2, t, d) * 400                 # logits up to about ±1e4
+    k = torch.randn(1, 2, t, d) * 400
+    v = torch.randn(1, 2, t, d)
+    s = q.double() @ k.double().transpose(-1, -2) / np.sqrt(d)
+    assert float(s.abs().max()) > 1e4
+    s = s.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+    want = (torch.softmax(s, -1) @ v.double()).numpy()
+    for backend in ("reference", "numba"):
+        got, _, _ = run_imported(attend, q, k, v, fuse=True, backend=backend)
+        assert np.isfinite(got[0]).all()
+        assert max_rel_error(got[0], want) < 1e-4
