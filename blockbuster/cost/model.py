@@ -75,6 +75,7 @@ from ..ir.expr import Expr
 from ..ir.index import IConst, IVar, Idx, free_vars as index_vars, substitute
 from ..ir.ops import OPS
 from ..ir.placement import Binder, binds_loop, place
+from ..ir.kernel_key import kernel_key
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
 from .hardware import Hardware
@@ -204,20 +205,22 @@ def cost(program: Program, hardware: Hardware) -> Cost:
 
 
 # Fusion prices many programs that share most kernels (every rewrite step changes one
-# kernel): a kernel's cost depends only on it, the declarations it uses and the hardware.
+# kernel, candidates and identical layers hold the same kernels under other names): a
+# kernel's cost depends only on its structure, the declarations it uses and the
+# hardware (``ir.kernel_key``), not on any name.
 _KERNEL_COSTS: dict = {}
 _KERNEL_COSTS_LIMIT = 20_000
 
 
 def _cached_kernel_cost(kernel: Kernel, program: Program, hw: Hardware,
                         sums: LoopSums) -> KernelCost:
-    key = (kernel, program.dims, program.arrays, hw)
+    key = (kernel_key(kernel, program), hw)
     hit = _KERNEL_COSTS.get(key)
     if hit is None:
         if len(_KERNEL_COSTS) >= _KERNEL_COSTS_LIMIT:
             _KERNEL_COSTS.clear()
         hit = _KERNEL_COSTS[key] = kernel_cost(kernel, program, hw, sums)
-    return hit
+    return hit if hit.name == kernel.name else attrs.evolve(hit, name=kernel.name)
 
 
 def _is_weight_prep(kernel: Kernel, program: Program) -> bool:
