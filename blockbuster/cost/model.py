@@ -214,13 +214,20 @@ _KERNEL_COSTS_LIMIT = 20_000
 
 def _cached_kernel_cost(kernel: Kernel, program: Program, hw: Hardware,
                         sums: LoopSums) -> KernelCost:
+    exact = (kernel, program.dims, program.arrays, hw)     # cheap: no renaming
+    hit = _KERNEL_COSTS.get(exact)
+    if hit is not None:
+        return hit
+    if len(_KERNEL_COSTS) >= _KERNEL_COSTS_LIMIT:
+        _KERNEL_COSTS.clear()
     key = (kernel_key(kernel, program), hw)
     hit = _KERNEL_COSTS.get(key)
     if hit is None:
-        if len(_KERNEL_COSTS) >= _KERNEL_COSTS_LIMIT:
-            _KERNEL_COSTS.clear()
         hit = _KERNEL_COSTS[key] = kernel_cost(kernel, program, hw, sums)
-    return hit if hit.name == kernel.name else attrs.evolve(hit, name=kernel.name)
+    if hit.name != kernel.name:
+        hit = attrs.evolve(hit, name=kernel.name)
+    _KERNEL_COSTS[exact] = hit
+    return hit
 
 
 def _is_weight_prep(kernel: Kernel, program: Program) -> bool:

@@ -230,13 +230,16 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
                 reason = (f"is produced later, by kernel '{later.name}'" if later
                           else "is never produced")
                 raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
-        key = (kernel_key(kernel, program), allow_shadowing)
-        if key not in _VERIFIED_KERNELS:
-            checker = checker or _checker(program)
-            _verify_kernel(kernel, program, checker, allow_shadowing)
-            if len(_VERIFIED_KERNELS) >= 20_000:
+        exact = (kernel, program.dims, program.arrays, allow_shadowing)   # no renaming
+        if exact not in _VERIFIED_KERNELS:
+            if len(_VERIFIED_KERNELS) >= 40_000:
                 _VERIFIED_KERNELS.clear()
-            _VERIFIED_KERNELS.add(key)
+            key = (kernel_key(kernel, program), allow_shadowing)
+            if key not in _VERIFIED_KERNELS:
+                checker = checker or _checker(program)
+                _verify_kernel(kernel, program, checker, allow_shadowing)
+                _VERIFIED_KERNELS.add(key)
+            _VERIFIED_KERNELS.add(exact)
         for store in kernel.stores:
             if store.array in program.inputs:
                 raise IRError(f"kernel '{kernel.name}' writes input array {store.array}")
