@@ -90,3 +90,30 @@ def kernel_key(kernel: Kernel, program: Program) -> tuple:
             used.update(dims)
     decls = tuple((d, dim_map.get(d)) for d in sorted(used))
     return canon, shapes, decls
+
+
+# (name-free kernel, array names it gets) -> the kernel with those names: renaming a
+# candidate (``select.extract.rename``) then costs a lookup for a kernel already seen
+# under other names, e.g. the same kernel of another identical layer.
+_RENAMED_KERNELS: dict[tuple, Kernel] = {}
+
+
+def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
+    """``kernel`` named ``name``, with each array ``a`` renamed ``arrays.get(a, a)``."""
+    canon, order, _named = _canonical(kernel)
+    targets = tuple(arrays.get(a, a) for a in order)
+    key = (canon, targets)
+    hit = _RENAMED_KERNELS.get(key)
+    if hit is None:
+        back = {f"a{i}": t for i, t in enumerate(targets)}
+
+        def load(n: Expr) -> Expr | None:
+            if n.op != "load":
+                return None
+            return Expr("load", (), LoadAttr(back[n.attr.array], n.attr.index))
+
+        memo: dict = {}
+        stores = tuple(attrs.evolve(s, array=back[s.array], value=map_expr(s.value, load, memo))
+                       for s in canon.stores)
+        hit = _bounded_put(_RENAMED_KERNELS, key, Kernel(name, canon.loops, stores))
+    return hit if hit.name == name else attrs.evolve(hit, name=name)

@@ -8,12 +8,9 @@ the arrays it writes that the rest of the program (or the caller) reads.
 
 from __future__ import annotations
 
-import attrs
-
-from ..ir.expr import Expr, LoadAttr
+from ..ir.kernel_key import rename_kernel
 from ..ir.program import Kernel, Program, dims_named_by
 from ..ir.types import GlobalArray
-from ..ir.walk import map_expr
 
 
 def segment_program(program: Program, start: int, stop: int) -> Program:
@@ -59,20 +56,9 @@ def connected(program: Program, start: int, stop: int) -> bool:
 
 def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) -> Program:
     """The same program with arrays and kernels renamed."""
-    def load(n: Expr) -> Expr | None:
-        if n.op != "load":
-            return None
-        return Expr("load", (), LoadAttr(arrays.get(n.attr.array, n.attr.array), n.attr.index))
-
-    memo: dict[Expr, Expr] = {}
-
-    def go(n: Expr) -> Expr:
-        return map_expr(n, load, memo)
-
     def kernel(k: Kernel) -> Kernel:
-        stores = tuple(attrs.evolve(s, array=arrays.get(s.array, s.array), value=go(s.value))
-                       for s in k.stores)
-        return attrs.evolve(k, name=kernels.get(k.name, k.name), stores=stores)
+        # cached per name-free kernel: the same kernel of another layer is a lookup
+        return rename_kernel(k, arrays, kernels.get(k.name, k.name))
 
     return program.evolve(
         arrays=tuple(GlobalArray(arrays.get(a.name, a.name), a.dims) for a in program.arrays),
