@@ -12,6 +12,8 @@ of those share one verdict and one price.
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
 
 from .expr import Expr, LoadAttr
@@ -117,3 +119,17 @@ def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
                        for s in canon.stores)
         hit = _bounded_put(_RENAMED_KERNELS, key, Kernel(name, canon.loops, stores))
     return hit if hit.name == name else attrs.evolve(hit, name=name)
+
+
+# (dims, arrays) -> a number never reused: an exact memo key ``(kernel, number)`` is
+# cheaper to hash, per kernel, than the program's declaration tuples.
+_DECL_IDS: dict[tuple, int] = {}
+_NEXT_DECL_ID = itertools.count()
+
+
+def declarations_id(program: Program) -> int:
+    key = (program.dims, program.arrays)
+    hit = _DECL_IDS.get(key)
+    if hit is None:
+        hit = _bounded_put(_DECL_IDS, key, next(_NEXT_DECL_ID), 4096)
+    return hit

@@ -17,7 +17,7 @@ from .combiners import COMBINERS
 from .expr import Expr
 from .index import IVar, Idx, free_vars as idx_free_vars
 from .ops import OPS, OpTypeError, check_arity
-from .kernel_key import kernel_key
+from .kernel_key import declarations_id, kernel_key
 from .program import Kernel, Program
 from .types import SCALAR, ArrayType, BlockType, TupleType
 from .walk import bound_var, find_shadowing
@@ -218,6 +218,7 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
         raise IRError(f"program {program.name}: {sorted(overlap)[0]} is both an input and an output")
 
     checker = None
+    decls = declarations_id(program)
     written: dict[str, str] = {}
     kernel_names: set[str] = set()
     for kernel in program.kernels:
@@ -230,7 +231,7 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
                 reason = (f"is produced later, by kernel '{later.name}'" if later
                           else "is never produced")
                 raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
-        exact = (kernel, program.dims, program.arrays, allow_shadowing)   # no renaming
+        exact = (kernel, decls, allow_shadowing)       # no renaming
         if exact not in _VERIFIED_KERNELS:
             if len(_VERIFIED_KERNELS) >= 40_000:
                 _VERIFIED_KERNELS.clear()
