@@ -133,3 +133,8 @@ def declarations_id(program: Program) -> int:
     if hit is None:
         hit = _bounded_put(_DECL_IDS, key, next(_NEXT_DECL_ID), 4096)
     return hit
+
+
+def named_dims(kernel: Kernel) -> frozenset[str]:
+    """The dimensions a kernel names itself (``ir.program.dims_named_by``), memoised."""
+    return _canonical(kernel)[2]
