@@ -18,7 +18,7 @@ import attrs
 
 from .expr import Expr, LoadAttr
 from .program import Kernel, Program
-from .walk import map_expr
+from .walk import with_args
 
 _LIMIT = 50_000
 _RENAMINGS_LIMIT = 256
@@ -62,15 +62,32 @@ def _canonical(kernel: Kernel) -> tuple:
     elif len(memo) > _LIMIT:
         memo.clear()
 
-    def load(n: Expr) -> Expr | None:
-        if n.op != "load":
-            return None
-        return Expr("load", (), LoadAttr(order[n.attr.array], n.attr.index))
-
-    stores = tuple(attrs.evolve(s, array=order[s.array], value=map_expr(s.value, load, memo))
+    stores = tuple(attrs.evolve(s, array=order[s.array], value=_rename_loads(s.value, order, memo))
                    for s in kernel.stores)
     return _bounded_put(_CANONICAL, kernel,
                         (Kernel("k", kernel.loops, stores), tuple(order), frozenset(dims)))
+
+
+def _rename_loads(root: Expr, names: dict, memo: dict) -> Expr:
+    """``root`` with every load's array renamed by ``names``; top-down, stopping at
+    nodes already in ``memo``, with an explicit stack (expressions can be deep)."""
+    stack = [root]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        if n.op == "load":
+            memo[n] = Expr("load", (), LoadAttr(names[n.attr.array], n.attr.index))
+            stack.pop()
+            continue
+        missing = [a for a in n.args if a not in memo]
+        if missing:
+            stack.extend(reversed(missing))
+            continue
+        memo[n] = with_args(n, tuple([memo[a] for a in n.args])) if n.args else n
+        stack.pop()
+    return memo[root]
 
 
 def _maps(program: Program) -> tuple[dict, dict]:
@@ -108,14 +125,9 @@ def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
     hit = _RENAMED_KERNELS.get(key)
     if hit is None:
         back = {f"a{i}": t for i, t in enumerate(targets)}
-
-        def load(n: Expr) -> Expr | None:
-            if n.op != "load":
-                return None
-            return Expr("load", (), LoadAttr(back[n.attr.array], n.attr.index))
-
         memo: dict = {}
-        stores = tuple(attrs.evolve(s, array=back[s.array], value=map_expr(s.value, load, memo))
+        stores = tuple(attrs.evolve(s, array=back[s.array],
+                                    value=_rename_loads(s.value, back, memo))
                        for s in canon.stores)
         hit = _bounded_put(_RENAMED_KERNELS, key, Kernel(name, canon.loops, stores))
     return hit if hit.name == name else attrs.evolve(hit, name=name)
