@@ -75,6 +75,7 @@ from ..ir.expr import Expr
 from ..ir.index import IConst, IVar, Idx, free_vars as index_vars, substitute
 from ..ir.ops import OPS
 from ..ir.placement import Binder, binds_loop, place
+from ..ir.kernel_key import declarations_id, kernel_key
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
 from .hardware import Hardware
@@ -194,8 +195,9 @@ def cost(program: Program, hardware: Hardware) -> Cost:
     """Price a (verified) program on ``hardware`` (the public door with a default is
     ``blockbuster.cost``)."""
     hw = _required(hardware)
-    sums = LoopSums()   # shared: kernels of one program often have the same loop nests
-    per_kernel = [_cached_kernel_cost(k, program, hw, sums) for k in program.kernels]
+    sums = _shared_sums()   # kernels (of one program, of every step) share loop nests
+    decls = declarations_id(program)
+    per_kernel = [_cached_kernel_cost(k, program, hw, sums, decls) for k in program.kernels]
     per_kernel = [attrs.evolve(c, weight_prep=True) if _is_weight_prep(k, program) else c
                   for k, c in zip(program.kernels, per_kernel)]
     compulsory = sum(math.prod(program.shape(a))
@@ -204,19 +206,39 @@ def cost(program: Program, hardware: Hardware) -> Cost:
 
 
 # Fusion prices many programs that share most kernels (every rewrite step changes one
-# kernel): a kernel's cost depends only on it, the declarations it uses and the hardware.
+# kernel, candidates and identical layers hold the same kernels under other names): a
+# kernel's cost depends only on its structure, the declarations it uses and the
+# hardware (``ir.kernel_key``), not on any name.
 _KERNEL_COSTS: dict = {}
 _KERNEL_COSTS_LIMIT = 20_000
 
 
+# LoopSums is a pure memo of sums over loop nests (keyed by the loops' dimensions and
+# bounds): one instance serves every program fusion prices.
+_SUMS = LoopSums()
+
+
+def _shared_sums() -> LoopSums:
+    if len(_SUMS._memo) > 100_000:
+        _SUMS._memo.clear()
+    return _SUMS
+
+
 def _cached_kernel_cost(kernel: Kernel, program: Program, hw: Hardware,
-                        sums: LoopSums) -> KernelCost:
-    key = (kernel, program.dims, program.arrays, hw)
+                        sums: LoopSums, decls: int) -> KernelCost:
+    exact = (kernel, decls, hw)     # cheap: no renaming
+    hit = _KERNEL_COSTS.get(exact)
+    if hit is not None:
+        return hit
+    if len(_KERNEL_COSTS) >= _KERNEL_COSTS_LIMIT:
+        _KERNEL_COSTS.clear()
+    key = (kernel_key(kernel, program), hw)
     hit = _KERNEL_COSTS.get(key)
     if hit is None:
-        if len(_KERNEL_COSTS) >= _KERNEL_COSTS_LIMIT:
-            _KERNEL_COSTS.clear()
         hit = _KERNEL_COSTS[key] = kernel_cost(kernel, program, hw, sums)
+    if hit.name != kernel.name:
+        hit = attrs.evolve(hit, name=kernel.name)
+    _KERNEL_COSTS[exact] = hit
     return hit
 
 

@@ -110,7 +110,7 @@ class Expr:
         """Block-index variables this value depends on (bound ones excluded)."""
         if self._free is None:
             # Children first, without recursion: expressions can be very deep.
-            for node in self.walk():
+            for node in _postorder(self):    # a new node: not worth a cached order
                 if node._free is None:
                     object.__setattr__(node, "_free",
                                        free_vars_of(node, (a.free_vars for a in node.args)))
@@ -118,20 +118,38 @@ class Expr:
 
     def walk(self) -> Iterator["Expr"]:
         """Every distinct node of the DAG, children before parents."""
-        seen: set[int] = set()
-        stack: list[tuple[Expr, bool]] = [(self, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                yield node
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            for child in reversed(node.args):
-                if id(child) not in seen:
-                    stack.append((child, False))
+        order = _WALKS.get(self)
+        if order is None:
+            order = _postorder(self)
+            if len(_WALKS) >= _WALKS_LIMIT:
+                _WALKS.clear()
+            _WALKS[self] = order
+        return iter(order)
+
+
+# Fusion walks the same kernel bodies over and over (matching, dataflow, limits,
+# verification, pricing): each distinct root's node order is computed once.
+_WALKS: dict = {}
+_WALKS_LIMIT = 4096
+
+
+def _postorder(root: Expr) -> tuple:
+    out = []
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            out.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for child in reversed(node.args):
+            if id(child) not in seen:
+                stack.append((child, False))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from .combiners import COMBINERS
 from .expr import Expr
 from .index import IVar, Idx, free_vars as idx_free_vars
 from .ops import OPS, OpTypeError, check_arity
+from .kernel_key import declarations_id, kernel_key
 from .program import Kernel, Program
 from .types import SCALAR, ArrayType, BlockType, TupleType
 from .walk import bound_var, find_shadowing
@@ -166,8 +167,24 @@ class LenientTypeChecker(TypeChecker):
 
 
 # Rewriting verifies a program after every step, and a step changes one kernel:
-# kernels already verified against the same declarations are not checked again.
+# kernels already verified against the same declarations are not checked again, also
+# under other names (``kernel_key``: candidates and identical layers).
 _VERIFIED_KERNELS: set = set()
+# One type checker (and its memo of typed sub-terms) per set of declarations: a
+# step's new kernel shares most of its nodes with the one it replaced.
+_CHECKERS: dict = {}
+
+
+def _checker(program: Program) -> "TypeChecker":
+    key = (program.dims, program.arrays)
+    hit = _CHECKERS.get(key)
+    if hit is None:
+        if len(_CHECKERS) >= 64:
+            _CHECKERS.clear()
+        hit = _CHECKERS[key] = TypeChecker(program)
+    elif len(hit._memo) > 200_000:
+        hit._memo.clear()
+    return hit
 
 
 def verify(program: Program, allow_shadowing: bool = False) -> Program:
@@ -201,6 +218,7 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
         raise IRError(f"program {program.name}: {sorted(overlap)[0]} is both an input and an output")
 
     checker = None
+    decls = declarations_id(program)
     written: dict[str, str] = {}
     kernel_names: set[str] = set()
     for kernel in program.kernels:
@@ -213,13 +231,16 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
                 reason = (f"is produced later, by kernel '{later.name}'" if later
                           else "is never produced")
                 raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
-        key = (kernel, program.dims, program.arrays, allow_shadowing)
-        if key not in _VERIFIED_KERNELS:
-            checker = checker or TypeChecker(program)
-            _verify_kernel(kernel, program, checker, allow_shadowing)
-            if len(_VERIFIED_KERNELS) >= 20_000:
+        exact = (kernel, decls, allow_shadowing)       # no renaming
+        if exact not in _VERIFIED_KERNELS:
+            if len(_VERIFIED_KERNELS) >= 40_000:
                 _VERIFIED_KERNELS.clear()
-            _VERIFIED_KERNELS.add(key)
+            key = (kernel_key(kernel, program), allow_shadowing)
+            if key not in _VERIFIED_KERNELS:
+                checker = checker or _checker(program)
+                _verify_kernel(kernel, program, checker, allow_shadowing)
+                _VERIFIED_KERNELS.add(key)
+            _VERIFIED_KERNELS.add(exact)
         for store in kernel.stores:
             if store.array in program.inputs:
                 raise IRError(f"kernel '{kernel.name}' writes input array {store.array}")

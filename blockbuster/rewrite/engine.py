@@ -157,6 +157,7 @@ class CompiledRules:
 
     def __init__(self, rules: RuleSet):
         self.rules = rules
+        self.phase_only: dict[str, RuleSet] = {}    # lookahead: one phase alone
         self.matchers: dict[str, Callable] = {}
         for name, rule in rules.rules.items():
             if rule.kind == "rewrite":
@@ -174,11 +175,25 @@ class CompiledRules:
             self.by_phase[phase.name] = (index, actions)
 
 
+# Candidate selection and lookahead start many engines on one rule set: its matchers
+# are compiled once (keyed by identity; the rule set is kept alive with them).
+_COMPILED: dict[int, tuple[RuleSet, CompiledRules]] = {}
+
+
+def _compiled(rules: RuleSet) -> CompiledRules:
+    hit = _COMPILED.get(id(rules))
+    if hit is None or hit[0] is not rules:
+        if len(_COMPILED) >= 64:
+            _COMPILED.clear()
+        hit = _COMPILED[id(rules)] = (rules, CompiledRules(rules))
+    return hit[1]
+
+
 class Engine:
     def __init__(self, rules: RuleSet, limits: Limits | None = None, *, hardware: Hardware,
                  step_check: Callable[[Step], None] | None = None, use_index: bool = True,
                  budget: Budget | None = None):
-        self.compiled = CompiledRules(rules)
+        self.compiled = _compiled(rules)
         self.limits = limits or Limits()
         self.budget = budget            # shared with other runs; None: one per run
         if not isinstance(hardware, Hardware):
@@ -238,8 +253,11 @@ class Engine:
         key = (program, phase)
         hit = self._lookahead.get(key)
         if hit is None:
-            rules = self.compiled.rules
-            only = RuleSet(rules.rules, rules.phases, (phase,), rules.files)
+            only = self.compiled.phase_only.get(phase)
+            if only is None:
+                rules = self.compiled.rules
+                only = self.compiled.phase_only[phase] = RuleSet(
+                    rules.rules, rules.phases, (phase,), rules.files)
             # Its own step count (lookahead steps are not applied) but the same deadline.
             budget = Budget(self.limits)
             if self.budget is not None:

@@ -19,9 +19,23 @@ from ..ir.index import Idx, IVar, free_vars as idx_free_vars
 from ..ir.walk import binders_in, bound_var, fresh_name, map_expr, rebind, reindex, with_args
 
 
+# Substitution and unshadowing are pure functions of (node, what is substituted or
+# bound around it): their memos are kept across calls, as fusion inlines and renames
+# the same sub-terms again and again (every step, every lookahead, every candidate).
+_SUBST_MEMO: dict = {}
+_UNSHADOW_MEMO: dict = {}
+_MEMO_LIMIT = 200_000
+
+
+def _bounded(memo: dict) -> dict:
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    return memo
+
+
 def substitute_index(e: Expr, mapping: Mapping[str, Idx]) -> Expr:
     """``e`` with free block-index variables replaced by index expressions."""
-    memo: dict[tuple, Expr] = {}
+    memo = _bounded(_SUBST_MEMO)
 
     def go(n: Expr, m: Mapping[str, Idx]) -> Expr:
         live = {v: ix for v, ix in m.items() if v in n.free_vars}
@@ -63,7 +77,7 @@ def replace_in_kernel(program, kernel, mapping: Mapping[Expr, Expr]):
 def unshadow(e: Expr, bound: frozenset[str]) -> Expr:
     """``e`` (evaluated where ``bound`` variables are in scope) with every binder that
     reuses a name bound around it renamed to a fresh one: same meaning, no shadowing."""
-    memo: dict[tuple, Expr] = {}
+    memo = _bounded(_UNSHADOW_MEMO)
 
     def go(n: Expr, outer: frozenset) -> Expr:
         if not n.args:

@@ -8,32 +8,49 @@ the arrays it writes that the rest of the program (or the caller) reads.
 
 from __future__ import annotations
 
-import attrs
-
-from ..ir.expr import Expr, LoadAttr
-from ..ir.program import Kernel, Program, dims_named_by
+from ..ir.kernel_key import named_dims, rename_kernel
+from ..ir.program import Kernel, Program
 from ..ir.types import GlobalArray
-from ..ir.walk import map_expr
 
 
 def segment_program(program: Program, start: int, stop: int) -> Program:
     """The kernels ``[start, stop)`` as a program of their own."""
     kernels = program.kernels[start:stop]
+    last_read, arrays, position, outputs, weights = _index(program)
     written = [a for k in kernels for a in k.writes()]
-    read = sorted(set().union(*(k.reads() for k in kernels)))
-    inputs = [a.name for a in program.arrays
-              if a.name in read and a.name not in written]
-    later = set().union(*(k.reads() for k in program.kernels[stop:])) \
-        if stop < len(program.kernels) else set()
-    outputs = [a for a in written if a in later or a in program.outputs]
-    rest = [a for a in written if a not in outputs]
-    arrays = program.array_map
-    used_dims = {d for n in inputs + written for d in arrays[n].dims} | dims_named_by(kernels)
+    mine = set(written)
+    read = set().union(*(k.reads() for k in kernels))
+    inputs = sorted((a for a in read if a in arrays and a not in mine), key=position.get)
+    # read by a later kernel (the last reader comes at or after ``stop``) or the caller
+    kept = [a for a in written if last_read.get(a, -1) >= stop or a in outputs]
+    rest = [a for a in written if a not in kept]
+    used_dims = {d for n in inputs + written for d in arrays[n].dims}
+    used_dims.update(*(named_dims(k) for k in kernels))
     return Program(f"{program.name}[{start}:{stop}]",
                    tuple(d for d in program.dims if d.name in used_dims),
-                   tuple(arrays[n] for n in inputs + outputs + rest),
-                   tuple(inputs), tuple(outputs), tuple(kernels),
-                   tuple(a for a in inputs if a in program.weights))
+                   tuple(arrays[n] for n in inputs + kept + rest),
+                   tuple(inputs), tuple(kept), tuple(kernels),
+                   tuple(a for a in inputs if a in weights))
+
+
+# Selection cuts thousands of candidates from one program: what each cut asks of the
+# whole program (who reads an array last, the declarations) is computed once.
+_INDEXES: dict = {}
+
+
+def _index(program: Program) -> tuple:
+    hit = _INDEXES.get(program)
+    if hit is None:
+        last_read: dict[str, int] = {}
+        for pos, k in enumerate(program.kernels):
+            for a in k.reads():
+                last_read[a] = pos
+        hit = (last_read, program.array_map, {a.name: i for i, a in enumerate(program.arrays)},
+               frozenset(program.outputs), frozenset(program.weights))
+        if len(_INDEXES) >= 8:
+            _INDEXES.clear()
+        _INDEXES[program] = hit
+    return hit
 
 
 def connected(program: Program, start: int, stop: int) -> bool:
@@ -59,20 +76,9 @@ def connected(program: Program, start: int, stop: int) -> bool:
 
 def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) -> Program:
     """The same program with arrays and kernels renamed."""
-    def load(n: Expr) -> Expr | None:
-        if n.op != "load":
-            return None
-        return Expr("load", (), LoadAttr(arrays.get(n.attr.array, n.attr.array), n.attr.index))
-
-    memo: dict[Expr, Expr] = {}
-
-    def go(n: Expr) -> Expr:
-        return map_expr(n, load, memo)
-
     def kernel(k: Kernel) -> Kernel:
-        stores = tuple(attrs.evolve(s, array=arrays.get(s.array, s.array), value=go(s.value))
-                       for s in k.stores)
-        return attrs.evolve(k, name=kernels.get(k.name, k.name), stores=stores)
+        # cached per name-free kernel: the same kernel of another layer is a lookup
+        return rename_kernel(k, arrays, kernels.get(k.name, k.name))
 
     return program.evolve(
         arrays=tuple(GlobalArray(arrays.get(a.name, a.name), a.dims) for a in program.arrays),

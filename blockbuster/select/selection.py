@@ -64,24 +64,33 @@ class Selector:
         self.cache: dict[Program, _Fused] = {}
         self.fusions = 0
         self.budget: Budget | None = None   # --max-steps/--max-seconds for the whole fusion
+        self.prices: dict[Program, float] = {}
+        self.not_worse: dict[Program, bool] = {}
 
-    def _fuse(self, candidate: Program) -> tuple[Program, _Fused]:
+    def _fuse(self, candidate: Program) -> tuple[_Renamed, _Fused, Program]:
+        """The candidate's fusion in canonical names (renamed back only if chosen: the
+        prices do not depend on names), its record, and the candidate canonically."""
         canon, arrays_back, kernels_back = canonical(candidate)
         hit = self.cache.get(canon)
         if hit is None and self.budget is not None and self.budget.check():
             # The whole fusion's steps or seconds are spent: the rest stays unfused.
-            return candidate, _Fused(canon, {}, (), self.budget.exhausted)
+            return (_Renamed(canon, arrays_back, kernels_back),
+                    _Fused(canon, {}, (), self.budget.exhausted), canon)
         if hit is None:
             result = Engine(self.rules, self.limits, hardware=self.hardware,
                             budget=self.budget).run(canon)
             self.fusions += 1
             hit = _Fused(result.program, result.rule_counts(), result.trace, result.stop_reason)
             self.cache[canon] = hit
-        return rename(hit.program, arrays_back, kernels_back), hit
+        return _Renamed(hit.program, arrays_back, kernels_back), hit, canon
 
     def _price(self, program: Program) -> float:
-        """The cost model's objective (a piece that does not fit is never chosen)."""
-        return cost(program, self.hardware).objective
+        """The cost model's objective (a piece that does not fit is never chosen);
+        memoised by canonical program: identical layers price once."""
+        price = self.prices.get(program)
+        if price is None:
+            price = self.prices[program] = cost(program, self.hardware).objective
+        return price
 
     def select(self, program: Program, budget: Budget | None = None) -> FusionResult:
         start_time = time.perf_counter()
@@ -94,13 +103,13 @@ class Selector:
         bar = _progress(len(spans), self.progress)
         for i, j in spans:           # ordered by j: best[i] is final when j is reached
             segment = segment_program(program, i, j)
-            fused, info = self._fuse(segment)
-            price = self._price(fused)
-            if j - i == 1 and not _not_worse(fused, segment, self.hardware):
+            fused, info, canon = self._fuse(segment)
+            price = self._price(fused.program)
+            if j - i == 1 and not self._not_worse(fused.program, canon):
                 # A kernel alone is kept as it is unless its fusion pays, so the
                 # cover of single kernels is the unfused program: the chosen cover
                 # is never worse than it.
-                fused, info, price = segment, _UNFUSED, self._price(segment)
+                fused, info, price = segment, _UNFUSED, self._price(canon)
             bar.update(1)
             if best[i] + price < best[j]:
                 best[j] = best[i] + price
@@ -110,6 +119,8 @@ class Selector:
         j = n
         while j > 0:
             i, fused, info, price = choice[j]
+            if isinstance(fused, _Renamed):
+                fused = rename(fused.program, fused.arrays, fused.kernels)
             fused = _fresh_names(fused, program, f"_{i}")
             pieces.append((Piece(i, j, tuple(k.name for k in program.kernels[i:j]), fused,
                                  info.rules, price), info))
@@ -121,6 +132,23 @@ class Selector:
                             or _worst_stop(info.stop_reason for _, info in pieces),
                             time.perf_counter() - start_time, program,
                             tuple(p for p, _ in pieces))
+
+
+    def _not_worse(self, fused: Program, original: Program) -> bool:
+        key = (fused, original)
+        hit = self.not_worse.get(key)
+        if hit is None:
+            hit = self.not_worse[key] = _not_worse(fused, original, self.hardware)
+        return hit
+
+
+@attrs.frozen
+class _Renamed:
+    """A fused candidate in canonical names and the renaming back to the program's."""
+
+    program: Program
+    arrays: dict
+    kernels: dict
 
 
 _UNFUSED = _Fused(None, {}, (), "saturated")

@@ -1,0 +1,97 @@
+"""Fusion speed: wall and CPU seconds of ``blockbuster.fuse`` on stacks of Llama layers.
+
+Each measurement runs in a fresh process (what a user's first ``fuse`` costs: no
+memo is warm; the rules are loaded before the clock starts). With ``--baseline REF``
+the same measurements run, interleaved, on the code of a git revision (extracted with
+``git archive``), and the fused programs and rule traces of both are compared: the
+speed must not change what fuses.
+
+    python benchmarks/bench_fuse_speed.py [--layers 1 2 4 32] [--repeat 3] [--baseline main]
+
+Reports the median of ``--repeat`` runs (the machine may be shared: CPU seconds are
+the steadier figure under load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Run in the child: fuse one stack, print timings and a digest of what was produced.
+CHILD = r"""
+import hashlib, json, sys, time
+import blockbuster as bb
+from blockbuster.dsl.loader import default_rules
+name, layers = sys.argv[1], int(sys.argv[2])
+program = bb.workload(name, **({"layers": layers} if layers else {}))
+rules = default_rules()
+wall, cpu = time.perf_counter(), time.process_time()
+result = bb.fuse(program, rules, progress=False)
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+text = "\n".join([bb.format_program(result.program), result.stop_reason]
+                 + [f"{s.phase} {s.rule} {s.kernel}" for s in result.trace])
+print(json.dumps({"wall": wall, "cpu": cpu, "steps": len(result.trace),
+                  "kernels": len(result.program.kernels),
+                  "digest": hashlib.sha256(text.encode()).hexdigest()}))
+"""
+
+
+def measure(tree: Path, name: str, layers: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    out = subprocess.run([sys.executable, "-c", CHILD, name, str(layers)], cwd=tree, env=env,
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        sys.exit(f"bench_fuse_speed: {name} layers={layers} failed in {tree}:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def extract(ref: str, into: str) -> Path:
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True,
+                             check=False)
+    if archive.returncode != 0:
+        sys.exit(f"bench_fuse_speed: cannot extract '{ref}': {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+    return Path(into)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="llama_block")
+    ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 32],
+                    help="stack sizes (0: the workload without a layers parameter)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", metavar="REF", help="also time this git revision")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this": ROOT}
+        if args.baseline:
+            trees[args.baseline] = extract(args.baseline, tmp)
+        print(f"{'layers':>6} {'code':>10} {'wall s':>8} {'cpu s':>8} {'steps':>6} "
+              f"{'kernels':>7}  same result")
+        for layers in args.layers:
+            runs: dict[str, list[dict]] = {label: [] for label in trees}
+            for _ in range(args.repeat):
+                for label, tree in trees.items():     # interleaved: same load for both
+                    runs[label].append(measure(tree, args.workload, layers))
+            digests = {r["digest"] for rs in runs.values() for r in rs}
+            for label, rs in runs.items():
+                wall = statistics.median(r["wall"] for r in rs)
+                cpu = statistics.median(r["cpu"] for r in rs)
+                print(f"{layers:>6} {label:>10} {wall:>8.2f} {cpu:>8.2f} {rs[0]['steps']:>6} "
+                      f"{rs[0]['kernels']:>7}  {'yes' if len(digests) == 1 else 'NO'}")
+            if len(trees) > 1:
+                base = statistics.median(r["cpu"] for r in runs[args.baseline])
+                this = statistics.median(r["cpu"] for r in runs["this"])
+                print(f"{'':>6} {'speedup':>10} {'':>8} {base / this:>7.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""A name-free key for one kernel in its program: what verifying or pricing it depends on.
+
+A kernel's verification verdict and its cost depend only on its structure and on the
+declarations it uses (the dimensions it names and the dimensions of the arrays it
+loads and stores), never on what its arrays or the kernel itself are called. Fusion
+meets the same kernel under many names: every rewrite step keeps all kernels but one,
+candidate selection renames each candidate canonically (so one kernel gets different
+array names in different candidates), and identical layers differ only in their
+weights' names. Keying the verifier's and the cost model's memos by this key lets all
+of those share one verdict and one price.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+
+from .expr import Expr, LoadAttr
+from .program import Kernel, Program
+from .walk import with_args
+
+_LIMIT = 50_000
+_RENAMINGS_LIMIT = 256
+# kernel -> (kernel with arrays renamed a0, a1... in order of first use, the original
+# array names in that order, the dimensions the kernel names itself)
+_CANONICAL: dict[Kernel, tuple] = {}
+# program -> (dim map, array map): asked once per kernel of a program
+_MAPS: dict[Program, tuple[dict, dict]] = {}
+# renaming (original -> canonical array names) -> its map_expr memo
+_RENAMED: dict[tuple, dict] = {}
+
+
+def _bounded_put(memo: dict, key, value, limit: int = _LIMIT):
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+def _canonical(kernel: Kernel) -> tuple:
+    hit = _CANONICAL.get(kernel)
+    if hit is not None:
+        return hit
+    order: dict[str, str] = {}
+    for s in kernel.stores:
+        order.setdefault(s.array, f"a{len(order)}")
+    dims = {d for _, d in kernel.loops}
+    for s in kernel.stores:
+        for n in s.value.walk():
+            if n.op == "load":
+                order.setdefault(n.attr.array, f"a{len(order)}")
+            elif n.op in ("reduce", "map", "pos"):
+                dims.add(n.attr.dim)
+
+    # Kernels met one after the other (rewrite steps) mostly share their nodes and
+    # their renaming: one memo per renaming rebuilds only the nodes a step made.
+    renaming = tuple(order.items())
+    memo = _RENAMED.get(renaming)
+    if memo is None:
+        memo = _bounded_put(_RENAMED, renaming, {}, _RENAMINGS_LIMIT)
+    elif len(memo) > _LIMIT:
+        memo.clear()
+
+    stores = tuple(attrs.evolve(s, array=order[s.array], value=_rename_loads(s.value, order, memo))
+                   for s in kernel.stores)
+    return _bounded_put(_CANONICAL, kernel,
+                        (Kernel("k", kernel.loops, stores), tuple(order), frozenset(dims)))
+
+
+def _rename_loads(root: Expr, names: dict, memo: dict) -> Expr:
+    """``root`` with every load's array renamed by ``names``; top-down, stopping at
+    nodes already in ``memo``, with an explicit stack (expressions can be deep)."""
+    stack = [root]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        if n.op == "load":
+            memo[n] = Expr("load", (), LoadAttr(names[n.attr.array], n.attr.index))
+            stack.pop()
+            continue
+        missing = [a for a in n.args if a not in memo]
+        if missing:
+            stack.extend(reversed(missing))
+            continue
+        memo[n] = with_args(n, tuple([memo[a] for a in n.args])) if n.args else n
+        stack.pop()
+    return memo[root]
+
+
+def _maps(program: Program) -> tuple[dict, dict]:
+    hit = _MAPS.get(program)
+    if hit is None:
+        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map), 64)
+    return hit
+
+
+def kernel_key(kernel: Kernel, program: Program) -> tuple:
+    """Equal for two kernels exactly when they are the same up to the names of the
+    kernel and its arrays, in equal declarations (an undeclared name keys as None)."""
+    canon, arrays, named = _canonical(kernel)
+    dim_map, array_map = _maps(program)
+    shapes = tuple(array_map[a].dims if a in array_map else None for a in arrays)
+    used = set(named)
+    for dims in shapes:
+        if dims is not None:
+            used.update(dims)
+    decls = tuple((d, dim_map.get(d)) for d in sorted(used))
+    return canon, shapes, decls
+
+
+# (name-free kernel, array names it gets) -> the kernel with those names: renaming a
+# candidate (``select.extract.rename``) then costs a lookup for a kernel already seen
+# under other names, e.g. the same kernel of another identical layer.
+_RENAMED_KERNELS: dict[tuple, Kernel] = {}
+
+
+def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
+    """``kernel`` named ``name``, with each array ``a`` renamed ``arrays.get(a, a)``."""
+    canon, order, _named = _canonical(kernel)
+    targets = tuple(arrays.get(a, a) for a in order)
+    key = (canon, targets)
+    hit = _RENAMED_KERNELS.get(key)
+    if hit is None:
+        back = {f"a{i}": t for i, t in enumerate(targets)}
+        memo: dict = {}
+        stores = tuple(attrs.evolve(s, array=back[s.array],
+                                    value=_rename_loads(s.value, back, memo))
+                       for s in canon.stores)
+        hit = _bounded_put(_RENAMED_KERNELS, key, Kernel(name, canon.loops, stores))
+    return hit if hit.name == name else attrs.evolve(hit, name=name)
+
+
+# (dims, arrays) -> a number never reused: an exact memo key ``(kernel, number)`` is
+# cheaper to hash, per kernel, than the program's declaration tuples.
+_DECL_IDS: dict[tuple, int] = {}
+_NEXT_DECL_ID = itertools.count()
+
+
+def declarations_id(program: Program) -> int:
+    key = (program.dims, program.arrays)
+    hit = _DECL_IDS.get(key)
+    if hit is None:
+        hit = _bounded_put(_DECL_IDS, key, next(_NEXT_DECL_ID), 4096)
+    return hit
+
+
+def named_dims(kernel: Kernel) -> frozenset[str]:
+    """The dimensions a kernel names itself (``ir.program.dims_named_by``), memoised."""
+    return _canonical(kernel)[2]

@@ -1,0 +1,51 @@
+"""Name-free kernel keys: what the verifier's and the cost model's memos share."""
+
+from __future__ import annotations
+
+import blockbuster as bb
+from blockbuster.cost.model import cost
+from blockbuster.ir.kernel_key import kernel_key, rename_kernel
+from blockbuster.ir.verify import verify
+from blockbuster.select.extract import canonical, rename
+
+
+def _two_layers():
+    return bb.workload("llama_block", layers=2)
+
+
+def test_the_same_kernel_of_two_layers_has_one_key():
+    p = _two_layers()
+    half = len(p.kernels) // 2
+    first, second = p.kernels[1], p.kernels[half + 1]     # layer 0's and layer 1's
+    assert first.reads() != second.reads()                # different weights
+    assert kernel_key(first, p) == kernel_key(second, p)
+
+
+def test_different_kernels_or_declarations_have_different_keys():
+    p = _two_layers()
+    assert kernel_key(p.kernels[0], p) != kernel_key(p.kernels[1], p)
+    bigger = bb.workload("llama_block", layers=2, T=80)   # same text, other sizes
+    assert kernel_key(p.kernels[1], p) != kernel_key(bigger.kernels[1], bigger)
+
+
+def test_renaming_through_the_key_equals_renaming_node_by_node():
+    p = _two_layers()
+    canon, arrays_back, kernels_back = canonical(p)
+    assert rename(canon, arrays_back, kernels_back).evolve(name=p.name) == p
+    for k in p.kernels:
+        names = {a: a.upper() + "_x" for a in k.reads() | set(k.writes())}
+        renamed = rename_kernel(k, names, "other")
+        assert renamed.name == "other"
+        assert renamed.reads() == {names[a] for a in k.reads()}
+        assert rename_kernel(renamed, {v: a for a, v in names.items()}, k.name) == k
+
+
+def test_memoised_prices_and_verdicts_follow_the_names():
+    p = _two_layers()
+    canon = canonical(p)[0]
+    verify(p)
+    verify(canon)          # the same kernels under other names: memo hits, still checked
+    a, b = cost(p, bb.cost.DEFAULT_HARDWARE), cost(canon, bb.cost.DEFAULT_HARDWARE)
+    assert a.objective == b.objective
+    assert [k.name for k in a.per_kernel] == [k.name for k in p.kernels]
+    assert [k.name for k in b.per_kernel] == [k.name for k in canon.kernels]
