@@ -67,15 +67,14 @@ class Selector:
         self.prices: dict[Program, float] = {}
         self.not_worse: dict[Program, bool] = {}
 
-    def _fuse(self, candidate: Program) -> tuple[_Renamed, _Fused, Program]:
+    def _fuse(self, candidate: Program) -> tuple[_Renamed | Program, _Fused, Program]:
         """The candidate's fusion in canonical names (renamed back only if chosen: the
         prices do not depend on names), its record, and the candidate canonically."""
         canon, arrays_back, kernels_back = canonical(candidate)
         hit = self.cache.get(canon)
         if hit is None and self.budget is not None and self.budget.check():
             # The whole fusion's steps or seconds are spent: the rest stays unfused.
-            return (_Renamed(canon, arrays_back, kernels_back),
-                    _Fused(canon, {}, (), self.budget.exhausted), canon)
+            return candidate, _Fused(canon, {}, (), self.budget.exhausted), canon
         if hit is None:
             result = Engine(self.rules, self.limits, hardware=self.hardware,
                             budget=self.budget).run(canon)
@@ -104,8 +103,9 @@ class Selector:
         for i, j in spans:           # ordered by j: best[i] is final when j is reached
             segment = segment_program(program, i, j)
             fused, info, canon = self._fuse(segment)
-            price = self._price(fused.program)
-            if j - i == 1 and not self._not_worse(fused.program, canon):
+            fused_canon = fused.program if isinstance(fused, _Renamed) else canon
+            price = self._price(fused_canon)
+            if j - i == 1 and not self._not_worse(fused_canon, canon):
                 # A kernel alone is kept as it is unless its fusion pays, so the
                 # cover of single kernels is the unfused program: the chosen cover
                 # is never worse than it.
