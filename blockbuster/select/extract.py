@@ -1,8 +1,8 @@
 """Cutting a program into candidate sub-programs and putting fused pieces back.
 
 A candidate is a run of consecutive kernels in the program's (topological) kernel
-order: any path between two of its kernels stays inside it, so fusing it can never
-create a cycle. Its inputs are the arrays it reads but does not write; its outputs
+order (or of consecutive fused pieces): any path between two of its kernels stays
+inside it, so fusing it can never create a cycle. Its inputs are the arrays it reads but does not write; its outputs
 the arrays it writes that the rest of the program (or the caller) reads.
 """
 
@@ -18,22 +18,38 @@ from ..ir.walk import map_expr
 
 def segment_program(program: Program, start: int, stop: int) -> Program:
     """The kernels ``[start, stop)`` as a program of their own."""
-    kernels = program.kernels[start:stop]
+    return sub_program(program, program.kernels[start:stop], program.kernels[stop:],
+                       f"{program.name}[{start}:{stop}]")
+
+
+def sub_program(program: Program, kernels, rest, name: str) -> Program:
+    """``kernels`` (a run that no kernel of ``rest`` sits inside: anything they read
+    from ``rest`` is written before them) as a program of their own: its inputs are
+    what they read and do not write, its outputs what they write that ``rest`` reads
+    or the caller wants. ``program`` declares every array involved."""
     written = [a for k in kernels for a in k.writes()]
-    read = sorted(set().union(*(k.reads() for k in kernels)))
+    read = set().union(*(k.reads() for k in kernels))
     inputs = [a.name for a in program.arrays
               if a.name in read and a.name not in written]
-    later = set().union(*(k.reads() for k in program.kernels[stop:])) \
-        if stop < len(program.kernels) else set()
+    later = set().union(*(k.reads() for k in rest))
     outputs = [a for a in written if a in later or a in program.outputs]
-    rest = [a for a in written if a not in outputs]
+    others = [a for a in written if a not in outputs]
     arrays = program.array_map
     used_dims = {d for n in inputs + written for d in arrays[n].dims} | dims_named_by(kernels)
-    return Program(f"{program.name}[{start}:{stop}]",
+    return Program(name,
                    tuple(d for d in program.dims if d.name in used_dims),
-                   tuple(arrays[n] for n in inputs + outputs + rest),
+                   tuple(arrays[n] for n in inputs + outputs + others),
                    tuple(inputs), tuple(outputs), tuple(kernels),
                    tuple(a for a in inputs if a in program.weights))
+
+
+def feeds(first, second) -> bool:
+    """Whether kernels ``second`` read an array kernels ``first`` write, or the two
+    read an array in common (siblings sharing loads)."""
+    written = {a for k in first for a in k.writes()}
+    read_first = set().union(*(k.reads() for k in first))
+    read_second = set().union(*(k.reads() for k in second))
+    return bool(read_second & (written | read_first))
 
 
 def connected(program: Program, start: int, stop: int) -> bool:

@@ -1,12 +1,21 @@
 """Candidate selection: fuse a large program piece by piece (DESIGN §5).
 
-Candidates are runs of consecutive kernels in the program's topological order, at
-most ``max_kernels`` long and connected along producer->consumer edges. Each is
-fused by the rule engine — cached by structure, so identical layers cost one fusion
-— and priced by the cost model (roofline time on the backend's hardware; a fused
-piece that does not fit the local tier is never chosen). A dynamic program over the
-kernel order then picks the cover by non-overlapping candidates of least total
-cost, in time linear in the number of kernels.
+Seeds: runs of consecutive kernels in the program's topological order, at most
+``window`` long and connected along producer->consumer edges. Each is fused by the
+rule engine — cached by structure, so identical layers cost one fusion — priced by
+the cost model (roofline time on the backend's hardware; a fused piece that does not
+fit the local tier is never chosen) and kept only when it is not worse than its
+unfused form. A dynamic program over the kernel order picks the cover by
+non-overlapping seeds of least total cost, in time linear in the number of kernels.
+
+The window bounds the search, not the fusion: the chosen pieces then **grow** by
+cost. Two neighbouring pieces that share data are fused as one candidate — their
+fused forms side by side, so the engine only works across the seam — and merged when
+the result is strictly cheaper than the two apart (and moves no more bytes per call);
+a merged piece merges on with its next neighbour, so a piece can span any number of
+kernels (LayerNorm -> matmul -> GELU, two LayerNorms in a row, ... become one). A
+merge that does not pay leaves the two pieces as they were: every piece, seed or
+merged, is never worse than the kernels it replaces.
 """
 
 from __future__ import annotations
@@ -20,11 +29,14 @@ import attrs
 from ..cost.hardware import Hardware
 from ..cost.model import cost
 from ..dsl.ast import RuleSet
-from ..ir.program import Program
+from ..ir.program import Kernel, Program
 from ..rewrite.engine import Budget, Engine, FusionResult, Limits
-from .extract import canonical, connected, rename, segment_program
+from .extract import canonical, connected, feeds, rename, segment_program, sub_program
 
-DEFAULT_MAX_KERNELS = 14
+# How many consecutive kernels a seed candidate may hold: a bound on the search (the
+# seeds are O(window × kernels) engine runs), not on the pieces, which grow by cost.
+DEFAULT_WINDOW = 14
+DEFAULT_MAX_KERNELS = DEFAULT_WINDOW     # the former name of the same bound
 
 
 @attrs.frozen
@@ -53,16 +65,38 @@ class _Fused:
     stop_reason: str
 
 
+@attrs.frozen
+class _Part:
+    """A piece while selection works: original kernels ``[start, stop)`` fused into
+    ``prep`` (weight preparation, done once) and ``call`` kernels, the arrays the
+    fusion declared, and what it costs per call."""
+
+    start: int
+    stop: int
+    prep: tuple[Kernel, ...]
+    call: tuple[Kernel, ...]
+    arrays: tuple                     # GlobalArray declarations its kernels use
+    rules: dict
+    steps: tuple
+    stop_reason: str
+    price: float                      # cost-model objective (per call)
+    per_call_bytes: int
+
+
 class Selector:
     def __init__(self, rules: RuleSet, hardware: Hardware, limits: Limits | None = None,
-                 max_kernels: int = DEFAULT_MAX_KERNELS, progress: bool | None = None):
+                 max_kernels: int = DEFAULT_WINDOW, progress: bool | None = None,
+                 grow: bool = True):
         self.rules = rules
         self.hardware = hardware
         self.limits = limits or Limits()
-        self.max_kernels = max_kernels
+        self.max_kernels = max_kernels       # the seed window
+        self.grow = grow
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.cache: dict[Program, _Fused] = {}
         self.fusions = 0
+        self.merges = 0                      # merges that paid (last select)
+        self.refused = 0                     # merge candidates the engine could not take
         self.budget: Budget | None = None   # --max-steps/--max-seconds for the whole fusion
 
     def _fuse(self, candidate: Program) -> tuple[Program, _Fused]:
@@ -86,6 +120,18 @@ class Selector:
     def select(self, program: Program, budget: Budget | None = None) -> FusionResult:
         start_time = time.perf_counter()
         self.budget = budget or Budget(self.limits)
+        parts = self._seed(program)
+        if self.grow:
+            parts = self._grow(program, parts)
+        fused = _assemble(program, parts)
+        pieces = tuple(_piece(program, fused, part) for part in parts)
+        return FusionResult(fused, tuple(s for part in parts for s in part.steps),
+                            self.budget.exhausted
+                            or _worst_stop(part.stop_reason for part in parts),
+                            time.perf_counter() - start_time, program, pieces)
+
+    # -- seeds: the cheapest cover by windowed candidates ------------------------
+    def _seed(self, program: Program) -> list[_Part]:
         n = len(program.kernels)
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
                  if j - i == 1 or connected(program, i, j)]
@@ -93,34 +139,98 @@ class Selector:
         choice: list[tuple | None] = [None] * (n + 1)
         bar = _progress(len(spans), self.progress)
         for i, j in spans:           # ordered by j: best[i] is final when j is reached
+            bar.update(1)
             segment = segment_program(program, i, j)
             fused, info = self._fuse(segment)
-            price = self._price(fused)
-            if j - i == 1 and not _not_worse(fused, segment, self.hardware):
+            if not _not_worse(fused, segment, self.hardware):
+                if j - i > 1:
+                    continue         # the smaller candidates inside it cover it as well
                 # A kernel alone is kept as it is unless its fusion pays, so the
                 # cover of single kernels is the unfused program: the chosen cover
                 # is never worse than it.
-                fused, info, price = segment, _UNFUSED, self._price(segment)
-            bar.update(1)
+                fused, info = segment, _UNFUSED
+            price = self._price(fused)
             if best[i] + price < best[j]:
                 best[j] = best[i] + price
-                choice[j] = (i, fused, info, price)
+                choice[j] = (i, fused, info)
         bar.close()
-        pieces = []
+        parts = []
         j = n
         while j > 0:
-            i, fused, info, price = choice[j]
-            fused = _fresh_names(fused, program, f"_{i}")
-            pieces.append((Piece(i, j, tuple(k.name for k in program.kernels[i:j]), fused,
-                                 info.rules, price), info))
+            i, fused, info = choice[j]
+            parts.append(self._part(i, j, _fresh_names(fused, _names(program), f"_{i}"),
+                                    info.rules, info.steps, info.stop_reason))
             j = i
-        pieces.reverse()
-        return FusionResult(_assemble(program, [p for p, _ in pieces]),
-                            tuple(s for _, info in pieces for s in info.steps),
-                            self.budget.exhausted
-                            or _worst_stop(info.stop_reason for _, info in pieces),
-                            time.perf_counter() - start_time, program,
-                            tuple(p for p, _ in pieces))
+        parts.reverse()
+        return parts
+
+    def _part(self, start, stop, fused: Program, rules, steps, stop_reason) -> _Part:
+        c = cost(fused, self.hardware)
+        prep = tuple(k for k, kc in zip(fused.kernels, c.per_kernel) if kc.weight_prep)
+        call = tuple(k for k, kc in zip(fused.kernels, c.per_kernel) if not kc.weight_prep)
+        return _Part(start, stop, prep, call, fused.arrays, dict(rules), tuple(steps),
+                     stop_reason, c.objective, c.per_call_bytes)
+
+    # -- growth: merge neighbouring pieces while it pays ---------------------------
+    def _grow(self, program: Program, parts: list[_Part]) -> list[_Part]:
+        self.merges = 0
+        tried: set = set()           # (spans of the two) merges that did not pay
+        changed = True
+        while changed:               # a merge can make an earlier refused one pay
+            changed = False
+            k = 0
+            while k + 1 < len(parts):
+                a, b = parts[k], parts[k + 1]
+                key = (a.start, a.stop, b.stop)
+                merged = None if key in tried else self._merge(program, parts, k)
+                if merged is None:
+                    tried.add(key)
+                    k += 1
+                else:                # stay at k: the merged piece tries its next neighbour
+                    parts[k:k + 2] = [merged]
+                    self.merges += 1
+                    changed = True
+        return parts
+
+    def _merge(self, program: Program, parts: list[_Part], k: int) -> _Part | None:
+        a, b = parts[k], parts[k + 1]
+        if not feeds(a.call, b.call):
+            return None
+        decls = _declarations(program, parts)
+        others = [kk for i, p in enumerate(parts) if i not in (k, k + 1)
+                  for kk in p.prep + p.call] + list(a.prep + b.prep)
+        # Preparation outputs come in as plain inputs (only the program's own weights
+        # are weights), so what the merge prepares reads the program's weights alone.
+        candidate = sub_program(decls, a.call + b.call, others,
+                                f"{program.name}[{a.start}:{b.stop}]")
+        try:
+            fused, info = self._fuse(candidate)
+        except ValueError:
+            # The engine cannot take this candidate (an action met a form it cannot
+            # re-index, e.g. a held accumulator looked up at ``h // 2``): the two
+            # pieces stay apart, as they were.
+            self.refused += 1
+            return None
+        if fused is candidate:
+            return None
+        c = cost(fused, self.hardware)
+        apart = a.price + b.price
+        if not (c.objective < apart * (1 - 1e-9)
+                and c.per_call_bytes <= a.per_call_bytes + b.per_call_bytes):
+            return None
+        fused = _fresh_names(fused, {a.name for a in decls.arrays} | _names(program)
+                             | {kk.name for p in parts for kk in p.prep + p.call},
+                             f"_m{self.merges}")
+        part = self._part(a.start, b.stop, fused, {}, info.steps, info.stop_reason)
+        rules = dict(a.rules)
+        for table in (b.rules, info.rules):
+            for r, n in table.items():
+                rules[r] = rules.get(r, 0) + n
+        return attrs.evolve(part, prep=a.prep + b.prep + part.prep,
+                            arrays=a.arrays + b.arrays + part.arrays, rules=rules,
+                            steps=a.steps + b.steps + part.steps,
+                            stop_reason=_worst_stop([a.stop_reason, b.stop_reason,
+                                                     part.stop_reason]))
 
 
 _UNFUSED = _Fused(None, {}, (), "saturated")
@@ -132,10 +242,13 @@ def _not_worse(fused: Program, original: Program, hardware: Hardware) -> bool:
     return after.objective <= before.objective and after.per_call_bytes <= before.per_call_bytes
 
 
-def _fresh_names(piece: Program, program: Program, suffix: str) -> Program:
+def _names(program: Program) -> set[str]:
+    return {a.name for a in program.arrays} | {k.name for k in program.kernels}
+
+
+def _fresh_names(piece: Program, known: set[str], suffix: str) -> Program:
     """Arrays and kernels a fusion created (weight preparation) get names unique to
     their piece: two pieces may each have made a ``prep1``."""
-    known = {a.name for a in program.arrays} | {k.name for k in program.kernels}
     arrays = {a.name: a.name + suffix for a in piece.arrays if a.name not in known}
     kernels = {k.name: k.name + suffix for k in piece.kernels if k.name not in known}
     return rename(piece, arrays, kernels) if arrays or kernels else piece
@@ -146,13 +259,42 @@ def _worst_stop(reasons) -> str:
     return next((r for r in reasons if r != "saturated"), "saturated")
 
 
-def _assemble(program: Program, pieces: list[Piece]) -> Program:
-    kernels = tuple(k for p in pieces for k in p.program.kernels)
-    live = {a for k in kernels for a in k.writes()} | set(program.inputs) | set(program.outputs)
+def _declarations(program: Program, parts: list[_Part]) -> Program:
+    """``program`` declaring every array the pieces use (those fusion created too)."""
     known = {a.name for a in program.arrays}
-    created = tuple(a for p in pieces for a in p.program.arrays if a.name not in known)
-    return program.evolve(kernels=kernels,
-                          arrays=tuple(a for a in program.arrays if a.name in live) + created)
+    created = {}
+    for p in parts:
+        for a in p.arrays:
+            if a.name not in known:
+                created.setdefault(a.name, a)
+    return program.evolve(arrays=program.arrays + tuple(created.values()))
+
+
+def _assemble(program: Program, parts: list[_Part]) -> Program:
+    """The pieces in order; preparation nobody reads any more (a merge re-derived it)
+    is dropped."""
+    kernels = [k for p in parts for k in p.prep + p.call]
+    preps = {k.name for p in parts for k in p.prep}
+    while True:
+        read = set(program.outputs).union(*(k.reads() for k in kernels))
+        dead = [k for k in kernels if k.name in preps and not set(k.writes()) & read]
+        if not dead:
+            break
+        kernels = [k for k in kernels if k not in dead]
+    live = {a for k in kernels for a in k.writes()} | set(program.inputs) | set(program.outputs)
+    decls = _declarations(program, parts)
+    return program.evolve(kernels=tuple(kernels),
+                          arrays=tuple(a for a in decls.arrays if a.name in live))
+
+
+def _piece(program: Program, fused: Program, part: _Part) -> Piece:
+    mine = {k.name for k in part.prep + part.call}
+    kernels = [k for k in fused.kernels if k.name in mine]
+    rest = [k for k in fused.kernels if k.name not in mine]
+    return Piece(part.start, part.stop,
+                 tuple(k.name for k in program.kernels[part.start:part.stop]),
+                 sub_program(fused, kernels, rest, f"{program.name}[{part.start}:{part.stop}]"),
+                 part.rules, part.price)
 
 
 class _NoBar:
