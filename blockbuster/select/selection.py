@@ -30,7 +30,7 @@ from ..cost.hardware import Hardware
 from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Kernel, Program
-from ..rewrite.engine import Budget, Engine, FusionResult, Limits
+from ..rewrite.engine import Budget, Engine, FusionResult, Limits, RuleError
 from .extract import canonical, connected, feeds, rename, segment_program, sub_program
 
 # How many consecutive kernels a seed candidate may hold: a bound on the search (the
@@ -97,6 +97,7 @@ class Selector:
         self.fusions = 0
         self.merges = 0                      # merges that paid (last select)
         self.refused = 0                     # merge candidates the engine could not take
+        self.unpaid = 0                      # merges priced and refused: not cheaper
         self.budget: Budget | None = None   # --max-steps/--max-seconds for the whole fusion
 
     def _fuse(self, candidate: Program) -> tuple[Program, _Fused]:
@@ -173,7 +174,7 @@ class Selector:
 
     # -- growth: merge neighbouring pieces while it pays ---------------------------
     def _grow(self, program: Program, parts: list[_Part]) -> list[_Part]:
-        self.merges = 0
+        self.merges = self.refused = self.unpaid = 0
         tried: set = set()           # (spans of the two) merges that did not pay
         changed = True
         while changed:               # a merge can make an earlier refused one pay
@@ -205,10 +206,12 @@ class Selector:
                                 f"{program.name}[{a.start}:{b.stop}]")
         try:
             fused, info = self._fuse(candidate)
-        except ValueError:
-            # The engine cannot take this candidate (an action met a form it cannot
-            # re-index, e.g. a held accumulator looked up at ``h // 2``): the two
-            # pieces stay apart, as they were.
+        except (ValueError, RuleError):
+            # The engine cannot take this candidate: an action met a fused form it
+            # does not handle (a held accumulator looked up at ``h // 2``; a row
+            # store ``X[i, :] = sum(k: map(n: ..))`` inlined as if it were
+            # ``map(n: ..)``, which the engine's own check rejects). The two pieces
+            # stay apart, as they were.
             self.refused += 1
             return None
         if fused is candidate:
@@ -217,6 +220,7 @@ class Selector:
         apart = a.price + b.price
         if not (c.objective < apart * (1 - 1e-9)
                 and c.per_call_bytes <= a.per_call_bytes + b.per_call_bytes):
+            self.unpaid += 1
             return None
         fused = _fresh_names(fused, {a.name for a in decls.arrays} | _names(program)
                              | {kk.name for p in parts for kk in p.prep + p.call},
