@@ -16,13 +16,27 @@ from ..ir.types import GlobalArray
 from ..ir.walk import map_expr
 
 
-def segment_program(program: Program, start: int, stop: int) -> Program:
-    """The kernels ``[start, stop)`` as a program of their own."""
-    return sub_program(program, program.kernels[start:stop], program.kernels[stop:],
-                       f"{program.name}[{start}:{stop}]")
+def segment_program(program: Program, start: int, stop: int,
+                    last_reads: dict[str, int] | None = None) -> Program:
+    """The kernels ``[start, stop)`` as a program of their own. ``last_reads`` (from
+    :func:`last_reads`, for many segments of one program) saves scanning the kernels
+    after ``stop`` for each."""
+    if last_reads is None:
+        return sub_program(program, program.kernels[start:stop], program.kernels[stop:],
+                           f"{program.name}[{start}:{stop}]")
+    kernels = program.kernels[start:stop]
+    return sub_program(program, kernels, (), f"{program.name}[{start}:{stop}]",
+                       later={a for k in kernels for a in k.writes()
+                              if last_reads.get(a, -1) >= stop})
 
 
-def sub_program(program: Program, kernels, rest, name: str) -> Program:
+def last_reads(program: Program) -> dict[str, int]:
+    """Each array read by a kernel -> the index of the last kernel that reads it."""
+    return {a: i for i, k in enumerate(program.kernels) for a in k.reads()}
+
+
+def sub_program(program: Program, kernels, rest, name: str,
+                later: set[str] | None = None) -> Program:
     """``kernels`` (a run that no kernel of ``rest`` sits inside: anything they read
     from ``rest`` is written before them) as a program of their own: its inputs are
     what they read and do not write, its outputs what they write that ``rest`` reads
@@ -31,16 +45,30 @@ def sub_program(program: Program, kernels, rest, name: str) -> Program:
     read = set().union(*(k.reads() for k in kernels))
     inputs = [a.name for a in program.arrays
               if a.name in read and a.name not in written]
-    later = set().union(*(k.reads() for k in rest))
+    if later is None:
+        later = set().union(*(k.reads() for k in rest))
     outputs = [a for a in written if a in later or a in program.outputs]
     others = [a for a in written if a not in outputs]
     arrays = program.array_map
-    used_dims = {d for n in inputs + written for d in arrays[n].dims} | dims_named_by(kernels)
+    used_dims = {d for n in inputs + written for d in arrays[n].dims}.union(
+        *(_dims_named_by(k) for k in kernels))
     return Program(name,
                    tuple(d for d in program.dims if d.name in used_dims),
                    tuple(arrays[n] for n in inputs + outputs + others),
                    tuple(inputs), tuple(outputs), tuple(kernels),
                    tuple(a for a in inputs if a in program.weights))
+
+
+_NAMED_DIMS: dict = {}     # kernel -> the dimensions it names (kernels are immutable)
+
+
+def _dims_named_by(kernel: Kernel) -> set[str]:
+    hit = _NAMED_DIMS.get(kernel)
+    if hit is None:
+        if len(_NAMED_DIMS) > 50_000:
+            _NAMED_DIMS.clear()
+        hit = _NAMED_DIMS[kernel] = frozenset(dims_named_by([kernel]))
+    return hit
 
 
 def feeds(first, second) -> bool:

@@ -31,7 +31,8 @@ from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Kernel, Program
 from ..rewrite.engine import Budget, Engine, FusionResult, Limits, RuleError
-from .extract import canonical, connected, feeds, rename, segment_program, sub_program
+from .extract import (canonical, connected, feeds, last_reads, rename, segment_program,
+                      sub_program)
 
 # How many consecutive kernels a seed candidate may hold: a bound on the search (the
 # seeds are O(window × kernels) engine runs), not on the pieces, which grow by cost.
@@ -59,10 +60,17 @@ class Piece:
 
 @attrs.frozen
 class _Fused:
+    """A candidate's fusion in canonical names, priced once (names do not change a
+    price, so identical layers share it)."""
+
     program: Program          # canonical names
     rules: dict
     steps: tuple
     stop_reason: str
+    price: float              # the fused form's cost-model objective
+    per_call_bytes: int
+    unfused_price: float      # the candidate's own objective, unfused
+    keeps: bool               # not worse than unfused (objective and per-call bytes)
 
 
 @attrs.frozen
@@ -100,23 +108,32 @@ class Selector:
         self.unpaid = 0                      # merges priced and refused: not cheaper
         self.budget: Budget | None = None   # --max-steps/--max-seconds for the whole fusion
 
-    def _fuse(self, candidate: Program) -> tuple[Program, _Fused]:
+    def _fuse(self, candidate: Program) -> tuple[_Fused, tuple]:
+        """The candidate's fusion (cached by structure) and the renaming back to the
+        candidate's names (``_named``)."""
         canon, arrays_back, kernels_back = canonical(candidate)
         hit = self.cache.get(canon)
         if hit is None and self.budget is not None and self.budget.check():
             # The whole fusion's steps or seconds are spent: the rest stays unfused.
-            return candidate, _Fused(canon, {}, (), self.budget.exhausted)
+            return self._priced(canon, canon, {}, (), self.budget.exhausted), (
+                arrays_back, kernels_back)
         if hit is None:
             result = Engine(self.rules, self.limits, hardware=self.hardware,
                             budget=self.budget).run(canon)
             self.fusions += 1
-            hit = _Fused(result.program, result.rule_counts(), result.trace, result.stop_reason)
+            hit = self._priced(result.program, canon, result.rule_counts(), result.trace,
+                               result.stop_reason)
             self.cache[canon] = hit
-        return rename(hit.program, arrays_back, kernels_back), hit
+        return hit, (arrays_back, kernels_back)
 
-    def _price(self, program: Program) -> float:
-        """The cost model's objective (a piece that does not fit is never chosen)."""
-        return cost(program, self.hardware).objective
+    def _priced(self, fused: Program, unfused: Program, rules, steps, stop) -> _Fused:
+        """Priced by the cost model's objective (a piece that does not fit the local
+        tier costs infinity and is never chosen)."""
+        after, before = cost(fused, self.hardware), cost(unfused, self.hardware)
+        keeps = (after.objective <= before.objective
+                 and after.per_call_bytes <= before.per_call_bytes)
+        return _Fused(fused, rules, steps, stop, after.objective, after.per_call_bytes,
+                      before.objective, keeps)
 
     def select(self, program: Program, budget: Budget | None = None) -> FusionResult:
         start_time = time.perf_counter()
@@ -137,28 +154,30 @@ class Selector:
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
                  if j - i == 1 or connected(program, i, j)]
         best: list[float] = [0.0] + [math.inf] * n
+        reads = last_reads(program)
         choice: list[tuple | None] = [None] * (n + 1)
         bar = _progress(len(spans), self.progress)
         for i, j in spans:           # ordered by j: best[i] is final when j is reached
             bar.update(1)
-            segment = segment_program(program, i, j)
-            fused, info = self._fuse(segment)
-            if not _not_worse(fused, segment, self.hardware):
+            info, back = self._fuse(segment_program(program, i, j, reads))
+            price = info.price
+            if not info.keeps:
                 if j - i > 1:
                     continue         # the smaller candidates inside it cover it as well
                 # A kernel alone is kept as it is unless its fusion pays, so the
                 # cover of single kernels is the unfused program: the chosen cover
                 # is never worse than it.
-                fused, info = segment, _UNFUSED
-            price = self._price(fused)
+                info, price = _UNFUSED, info.unfused_price
             if best[i] + price < best[j]:
                 best[j] = best[i] + price
-                choice[j] = (i, fused, info)
+                choice[j] = (i, info, back)
         bar.close()
         parts = []
         j = n
         while j > 0:
-            i, fused, info = choice[j]
+            i, info, back = choice[j]
+            fused = (segment_program(program, i, j) if info is _UNFUSED
+                     else rename(info.program, *back))
             parts.append(self._part(i, j, _fresh_names(fused, _names(program), f"_{i}"),
                                     info.rules, info.steps, info.stop_reason))
             j = i
@@ -205,7 +224,7 @@ class Selector:
         candidate = sub_program(decls, a.call + b.call, others,
                                 f"{program.name}[{a.start}:{b.stop}]")
         try:
-            fused, info = self._fuse(candidate)
+            info, back = self._fuse(candidate)
         except (ValueError, RuleError):
             # The engine cannot take this candidate: an action met a fused form it
             # does not handle (a held accumulator looked up at ``h // 2``; a row
@@ -214,14 +233,14 @@ class Selector:
             # stay apart, as they were.
             self.refused += 1
             return None
-        if fused is candidate:
-            return None
-        c = cost(fused, self.hardware)
+        if not info.steps:
+            return None              # nothing fused (or the budget is spent)
         apart = a.price + b.price
-        if not (c.objective < apart * (1 - 1e-9)
-                and c.per_call_bytes <= a.per_call_bytes + b.per_call_bytes):
+        if not (info.price < apart * (1 - 1e-9)
+                and info.per_call_bytes <= a.per_call_bytes + b.per_call_bytes):
             self.unpaid += 1
             return None
+        fused = rename(info.program, *back)
         fused = _fresh_names(fused, {a.name for a in decls.arrays} | _names(program)
                              | {kk.name for p in parts for kk in p.prep + p.call},
                              f"_m{self.merges}")
@@ -237,7 +256,7 @@ class Selector:
                                                      part.stop_reason]))
 
 
-_UNFUSED = _Fused(None, {}, (), "saturated")
+_UNFUSED = _Fused(None, {}, (), "saturated", math.inf, 0, math.inf, True)
 
 
 def _not_worse(fused: Program, original: Program, hardware: Hardware) -> bool:

@@ -108,3 +108,17 @@ def test_api_fuse_selects_for_large_programs():
     want = run_program(program, x)
     got = run_program(result.program, x)
     assert compare(got, want).passed
+
+
+def test_a_stack_fuses_to_the_same_kernels_per_layer_as_one_layer(one_layer, three_layers):
+    # Pieces grow by cost across the whole stack, yet each layer ends as one layer
+    # alone does (benchmarks/bench_selection.py shows the same for 32 layers).
+    def per_call_and_prep(result):
+        c = bb.cost(result.program)
+        prep = sum(k.weight_prep for k in c.per_kernel)
+        return len(result.program.kernels) - prep, prep
+
+    _, one, _ = one_layer
+    _, three, _ = three_layers
+    calls, prep = per_call_and_prep(one)
+    assert per_call_and_prep(three) == (3 * calls, 3 * prep)
