@@ -110,15 +110,29 @@ def test_api_fuse_selects_for_large_programs():
     assert compare(got, want).passed
 
 
-def test_a_stack_fuses_to_the_same_kernels_per_layer_as_one_layer(one_layer, three_layers):
-    # Pieces grow by cost across the whole stack, yet each layer ends as one layer
-    # alone does (benchmarks/bench_selection.py shows the same for 32 layers).
-    def per_call_and_prep(result):
-        c = bb.cost(result.program)
-        prep = sum(k.weight_prep for k in c.per_kernel)
-        return len(result.program.kernels) - prep, prep
+@pytest.fixture(scope="module")
+def thirty_two_layers(selector, three_layers):
+    # After one and three layers every candidate of a deeper stack is in the cache.
+    before = selector.fusions
+    program = bb.workload("llama_block", layers=32, **SIZES)
+    return program, selector.select(program), selector.fusions - before
 
+
+def _per_call_and_prep(result):
+    c = bb.cost(result.program)
+    prep = sum(k.weight_prep for k in c.per_kernel)
+    return len(result.program.kernels) - prep, prep
+
+
+@pytest.mark.parametrize("which, layers", [("three_layers", 3), ("thirty_two_layers", 32)])
+def test_a_stack_fuses_to_the_same_kernels_per_layer_as_one_layer(request, one_layer,
+                                                                    which, layers):
+    # Pieces grow by cost across the whole stack, yet each layer ends as one layer
+    # alone does, and a deep stack needs no fusion the shallow ones did not.
     _, one, _ = one_layer
-    _, three, _ = three_layers
-    calls, prep = per_call_and_prep(one)
-    assert per_call_and_prep(three) == (3 * calls, 3 * prep)
+    _, stack, new_fusions = request.getfixturevalue(which)
+    calls, prep = _per_call_and_prep(one)
+    assert _per_call_and_prep(stack) == (layers * calls, layers * prep)
+    assert stack.stop_reason == "saturated"
+    if layers == 32:
+        assert new_fusions == 0
