@@ -108,9 +108,10 @@ class Selector:
         self.unpaid = 0                      # merges priced and refused: not cheaper
         self.budget: Budget | None = None   # --max-steps/--max-seconds for the whole fusion
 
-    def _fuse(self, candidate: Program) -> tuple[_Fused, tuple]:
+    def _fuse(self, candidate: Program, tolerant: bool = False) -> tuple[_Fused, tuple]:
         """The candidate's fusion (cached by structure) and the renaming back to the
-        candidate's names (``_named``)."""
+        candidate's names. ``tolerant``: a candidate the engine fails on stays as it
+        is (``refused`` counts them), and the failure is cached too."""
         canon, arrays_back, kernels_back = canonical(candidate)
         hit = self.cache.get(canon)
         if hit is None and self.budget is not None and self.budget.check():
@@ -118,8 +119,15 @@ class Selector:
             return self._priced(canon, canon, {}, (), self.budget.exhausted), (
                 arrays_back, kernels_back)
         if hit is None:
-            result = Engine(self.rules, self.limits, hardware=self.hardware,
-                            budget=self.budget).run(canon)
+            try:
+                result = Engine(self.rules, self.limits, hardware=self.hardware,
+                                budget=self.budget).run(canon)
+            except (ValueError, RuleError):
+                if not tolerant:
+                    raise
+                self.refused += 1
+                self.cache[canon] = self._priced(canon, canon, {}, (), "saturated")
+                return self.cache[canon], (arrays_back, kernels_back)
             self.fusions += 1
             hit = self._priced(result.program, canon, result.rule_counts(), result.trace,
                                result.stop_reason)
@@ -223,25 +231,20 @@ class Selector:
         # are weights), so what the merge prepares reads the program's weights alone.
         candidate = sub_program(decls, a.call + b.call, others,
                                 f"{program.name}[{a.start}:{b.stop}]")
-        try:
-            info, back = self._fuse(candidate)
-        except (ValueError, RuleError):
-            # The engine cannot take this candidate: an action met a fused form it
-            # does not handle (a held accumulator looked up at ``h // 2``; a row
-            # store ``X[i, :] = sum(k: map(n: ..))`` inlined as if it were
-            # ``map(n: ..)``, which the engine's own check rejects). The two pieces
-            # stay apart, as they were.
-            self.refused += 1
-            return None
+        # Tolerant: the engine may fail on a fused form it does not handle (a held
+        # accumulator looked up at ``h // 2``; a row store ``X[i, :] = sum(k:
+        # map(n: ..))`` inlined as if it were ``map(n: ..)``, which the engine's own
+        # check rejects). The two pieces then stay apart, as they were.
+        info, back = self._fuse(candidate, tolerant=True)
         if not info.steps:
-            return None              # nothing fused (or the budget is spent)
+            return None              # nothing fused (or the budget is spent, or refused)
         apart = a.price + b.price
         if not (info.price < apart * (1 - 1e-9)
                 and info.per_call_bytes <= a.per_call_bytes + b.per_call_bytes):
             self.unpaid += 1
             return None
         fused = rename(info.program, *back)
-        fused = _fresh_names(fused, {a.name for a in decls.arrays} | _names(program)
+        fused = _fresh_names(fused, {d.name for d in decls.arrays} | _names(program)
                              | {kk.name for p in parts for kk in p.prep + p.call},
                              f"_m{self.merges}")
         part = self._part(a.start, b.stop, fused, {}, info.steps, info.stop_reason)
@@ -339,10 +342,11 @@ def _progress(total: int, enabled: bool):
 def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
                  *, hardware: Hardware, step_check=None, max_kernels: int = DEFAULT_MAX_KERNELS,
                  progress: bool | None = None) -> FusionResult:
-    """Fuse ``program``: whole when it is small enough to be one candidate, else by
-    candidate selection. Never worse than the program it started from: when the
-    whole-program fusion costs more (e.g. a producer inlined into several consumers
-    recomputes it), selection keeps only the pieces whose fusion pays. The fused
+    """Fuse ``program``: in one engine run when it fits one seed window, else by
+    candidate selection (seeds that grow by cost, so a piece may span any number of
+    kernels). Never worse than the program it started from: when the whole-program
+    fusion costs more (e.g. a producer inlined into several consumers recomputes it),
+    selection keeps only the pieces whose fusion pays. The fused
     program keeps ``program.params`` (an imported model's parameter values)."""
     result = _fuse_program(program, rules, limits, hardware, step_check, max_kernels,
                            progress)
