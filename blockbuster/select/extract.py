@@ -1,56 +1,72 @@
 """Cutting a program into candidate sub-programs and putting fused pieces back.
 
 A candidate is a run of consecutive kernels in the program's (topological) kernel
-order: any path between two of its kernels stays inside it, so fusing it can never
-create a cycle. Its inputs are the arrays it reads but does not write; its outputs
+order (or of consecutive fused pieces): any path between two of its kernels stays
+inside it, so fusing it can never create a cycle. Its inputs are the arrays it reads but does not write; its outputs
 the arrays it writes that the rest of the program (or the caller) reads.
 """
 
 from __future__ import annotations
 
-from ..ir.kernel_key import named_dims, rename_kernel
+import attrs
+
+from ..ir.expr import Expr, LoadAttr
+from ..ir.kernel_key import named_dims
 from ..ir.program import Kernel, Program
 from ..ir.types import GlobalArray
+from ..ir.walk import map_expr
 
 
-def segment_program(program: Program, start: int, stop: int) -> Program:
-    """The kernels ``[start, stop)`` as a program of their own."""
+def segment_program(program: Program, start: int, stop: int,
+                    last_reads: dict[str, int] | None = None) -> Program:
+    """The kernels ``[start, stop)`` as a program of their own. ``last_reads`` (from
+    :func:`last_reads`, for many segments of one program) saves scanning the kernels
+    after ``stop`` for each."""
+    if last_reads is None:
+        return sub_program(program, program.kernels[start:stop], program.kernels[stop:],
+                           f"{program.name}[{start}:{stop}]")
     kernels = program.kernels[start:stop]
-    last_read, arrays, position, outputs, weights = _index(program)
+    return sub_program(program, kernels, (), f"{program.name}[{start}:{stop}]",
+                       later={a for k in kernels for a in k.writes()
+                              if last_reads.get(a, -1) >= stop})
+
+
+def last_reads(program: Program) -> dict[str, int]:
+    """Each array read by a kernel -> the index of the last kernel that reads it."""
+    return {a: i for i, k in enumerate(program.kernels) for a in k.reads()}
+
+
+def sub_program(program: Program, kernels, rest, name: str,
+                later: set[str] | None = None) -> Program:
+    """``kernels`` (a run that no kernel of ``rest`` sits inside: anything they read
+    from ``rest`` is written before them) as a program of their own: its inputs are
+    what they read and do not write, its outputs what they write that ``rest`` reads
+    or the caller wants. ``program`` declares every array involved."""
     written = [a for k in kernels for a in k.writes()]
-    mine = set(written)
     read = set().union(*(k.reads() for k in kernels))
-    inputs = sorted((a for a in read if a in arrays and a not in mine), key=position.get)
-    # read by a later kernel (the last reader comes at or after ``stop``) or the caller
-    kept = [a for a in written if last_read.get(a, -1) >= stop or a in outputs]
-    rest = [a for a in written if a not in kept]
-    used_dims = {d for n in inputs + written for d in arrays[n].dims}
-    used_dims.update(*(named_dims(k) for k in kernels))
-    return Program(f"{program.name}[{start}:{stop}]",
+    inputs = [a.name for a in program.arrays
+              if a.name in read and a.name not in written]
+    if later is None:
+        later = set().union(*(k.reads() for k in rest))
+    outputs = [a for a in written if a in later or a in program.outputs]
+    others = [a for a in written if a not in outputs]
+    arrays = program.array_map
+    used_dims = {d for n in inputs + written for d in arrays[n].dims}.union(
+        *(named_dims(k) for k in kernels))
+    return Program(name,
                    tuple(d for d in program.dims if d.name in used_dims),
-                   tuple(arrays[n] for n in inputs + kept + rest),
-                   tuple(inputs), tuple(kept), tuple(kernels),
-                   tuple(a for a in inputs if a in weights))
+                   tuple(arrays[n] for n in inputs + outputs + others),
+                   tuple(inputs), tuple(outputs), tuple(kernels),
+                   tuple(a for a in inputs if a in program.weights))
 
 
-# Selection cuts thousands of candidates from one program: what each cut asks of the
-# whole program (who reads an array last, the declarations) is computed once.
-_INDEXES: dict = {}
-
-
-def _index(program: Program) -> tuple:
-    hit = _INDEXES.get(program)
-    if hit is None:
-        last_read: dict[str, int] = {}
-        for pos, k in enumerate(program.kernels):
-            for a in k.reads():
-                last_read[a] = pos
-        hit = (last_read, program.array_map, {a.name: i for i, a in enumerate(program.arrays)},
-               frozenset(program.outputs), frozenset(program.weights))
-        if len(_INDEXES) >= 8:
-            _INDEXES.clear()
-        _INDEXES[program] = hit
-    return hit
+def feeds(first, second) -> bool:
+    """Whether kernels ``second`` read an array kernels ``first`` write, or the two
+    read an array in common (siblings sharing loads)."""
+    written = {a for k in first for a in k.writes()}
+    read_first = set().union(*(k.reads() for k in first))
+    read_second = set().union(*(k.reads() for k in second))
+    return bool(read_second & (written | read_first))
 
 
 def connected(program: Program, start: int, stop: int) -> bool:
@@ -76,9 +92,20 @@ def connected(program: Program, start: int, stop: int) -> bool:
 
 def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) -> Program:
     """The same program with arrays and kernels renamed."""
+    def load(n: Expr) -> Expr | None:
+        if n.op != "load":
+            return None
+        return Expr("load", (), LoadAttr(arrays.get(n.attr.array, n.attr.array), n.attr.index))
+
+    memo: dict[Expr, Expr] = {}
+
+    def go(n: Expr) -> Expr:
+        return map_expr(n, load, memo)
+
     def kernel(k: Kernel) -> Kernel:
-        # cached per name-free kernel: the same kernel of another layer is a lookup
-        return rename_kernel(k, arrays, kernels.get(k.name, k.name))
+        stores = tuple(attrs.evolve(s, array=arrays.get(s.array, s.array), value=go(s.value))
+                       for s in k.stores)
+        return attrs.evolve(k, name=kernels.get(k.name, k.name), stores=stores)
 
     return program.evolve(
         arrays=tuple(GlobalArray(arrays.get(a.name, a.name), a.dims) for a in program.arrays),

@@ -1,12 +1,21 @@
 """Candidate selection: fuse a large program piece by piece (DESIGN §5).
 
-Candidates are runs of consecutive kernels in the program's topological order, at
-most ``max_kernels`` long and connected along producer->consumer edges. Each is
-fused by the rule engine — cached by structure, so identical layers cost one fusion
-— and priced by the cost model (roofline time on the backend's hardware; a fused
-piece that does not fit the local tier is never chosen). A dynamic program over the
-kernel order then picks the cover by non-overlapping candidates of least total
-cost, in time linear in the number of kernels.
+Seeds: runs of consecutive kernels in the program's topological order, at most
+``window`` long and connected along producer->consumer edges. Each is fused by the
+rule engine — cached by structure, so identical layers cost one fusion — priced by
+the cost model (roofline time on the backend's hardware; a fused piece that does not
+fit the local tier is never chosen) and kept only when it is not worse than its
+unfused form. A dynamic program over the kernel order picks the cover by
+non-overlapping seeds of least total cost, in time linear in the number of kernels.
+
+The window bounds the search, not the fusion: the chosen pieces then **grow** by
+cost. Two neighbouring pieces that share data are fused as one candidate — their
+fused forms side by side, so the engine only works across the seam — and merged when
+the result is strictly cheaper than the two apart (and moves no more bytes per call);
+a merged piece merges on with its next neighbour, so a piece can span any number of
+kernels (LayerNorm -> matmul -> GELU, two LayerNorms in a row, ... become one). A
+merge that does not pay leaves the two pieces as they were: every piece, seed or
+merged, is never worse than the kernels it replaces.
 """
 
 from __future__ import annotations
@@ -20,11 +29,15 @@ import attrs
 from ..cost.hardware import Hardware
 from ..cost.model import cost
 from ..dsl.ast import RuleSet
-from ..ir.program import Program
-from ..rewrite.engine import Budget, Engine, FusionResult, Limits
-from .extract import canonical, connected, rename, segment_program
+from ..ir.program import Kernel, Program
+from ..rewrite.engine import Budget, Engine, FusionResult, Limits, RuleError
+from .extract import (canonical, connected, feeds, last_reads, rename, segment_program,
+                      sub_program)
 
-DEFAULT_MAX_KERNELS = 14
+# How many consecutive kernels a seed candidate may hold: a bound on the search (the
+# seeds are O(window × kernels) engine runs), not on the pieces, which grow by cost.
+DEFAULT_WINDOW = 14
+DEFAULT_MAX_KERNELS = DEFAULT_WINDOW     # the former name of the same bound
 
 
 @attrs.frozen
@@ -47,111 +60,206 @@ class Piece:
 
 @attrs.frozen
 class _Fused:
+    """A candidate's fusion in canonical names, priced once (names do not change a
+    price, so identical layers share it)."""
+
     program: Program          # canonical names
     rules: dict
     steps: tuple
     stop_reason: str
+    price: float              # the fused form's cost-model objective
+    per_call_bytes: int
+    unfused_price: float      # the candidate's own objective, unfused
+    keeps: bool               # not worse than unfused (objective and per-call bytes)
+
+
+@attrs.frozen
+class _Part:
+    """A piece while selection works: original kernels ``[start, stop)`` fused into
+    ``prep`` (weight preparation, done once) and ``call`` kernels, the arrays the
+    fusion declared, and what it costs per call."""
+
+    start: int
+    stop: int
+    prep: tuple[Kernel, ...]
+    call: tuple[Kernel, ...]
+    arrays: tuple                     # GlobalArray declarations its kernels use
+    rules: dict
+    steps: tuple
+    stop_reason: str
+    price: float                      # cost-model objective (per call)
+    per_call_bytes: int
 
 
 class Selector:
     def __init__(self, rules: RuleSet, hardware: Hardware, limits: Limits | None = None,
-                 max_kernels: int = DEFAULT_MAX_KERNELS, progress: bool | None = None):
+                 max_kernels: int = DEFAULT_WINDOW, progress: bool | None = None,
+                 grow: bool = True):
         self.rules = rules
         self.hardware = hardware
         self.limits = limits or Limits()
-        self.max_kernels = max_kernels
+        self.max_kernels = max_kernels       # the seed window
+        self.grow = grow
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.cache: dict[Program, _Fused] = {}
         self.fusions = 0
+        self.merges = 0                      # merges that paid (last select)
+        self.refused = 0                     # merge candidates the engine could not take
+        self.unpaid = 0                      # merges priced and refused: not cheaper
         self.budget: Budget | None = None   # --max-steps/--max-seconds for the whole fusion
-        self.prices: dict[Program, float] = {}
-        self.not_worse: dict[Program, bool] = {}
 
-    def _fuse(self, candidate: Program) -> tuple[_Renamed | Program, _Fused, Program]:
-        """The candidate's fusion in canonical names (renamed back only if chosen: the
-        prices do not depend on names), its record, and the candidate canonically."""
+    def _fuse(self, candidate: Program, tolerant: bool = False) -> tuple[_Fused, tuple]:
+        """The candidate's fusion (cached by structure) and the renaming back to the
+        candidate's names. ``tolerant``: a candidate the engine fails on stays as it
+        is (``refused`` counts them), and the failure is cached too."""
         canon, arrays_back, kernels_back = canonical(candidate)
         hit = self.cache.get(canon)
         if hit is None and self.budget is not None and self.budget.check():
             # The whole fusion's steps or seconds are spent: the rest stays unfused.
-            return candidate, _Fused(canon, {}, (), self.budget.exhausted), canon
+            return self._priced(canon, canon, {}, (), self.budget.exhausted), (
+                arrays_back, kernels_back)
         if hit is None:
-            result = Engine(self.rules, self.limits, hardware=self.hardware,
-                            budget=self.budget).run(canon)
+            try:
+                result = Engine(self.rules, self.limits, hardware=self.hardware,
+                                budget=self.budget).run(canon)
+            except (ValueError, RuleError):
+                if not tolerant:
+                    raise
+                self.refused += 1
+                self.cache[canon] = self._priced(canon, canon, {}, (), "saturated")
+                return self.cache[canon], (arrays_back, kernels_back)
             self.fusions += 1
-            hit = _Fused(result.program, result.rule_counts(), result.trace, result.stop_reason)
+            hit = self._priced(result.program, canon, result.rule_counts(), result.trace,
+                               result.stop_reason)
             self.cache[canon] = hit
-        return _Renamed(hit.program, arrays_back, kernels_back), hit, canon
+        return hit, (arrays_back, kernels_back)
 
-    def _price(self, program: Program) -> float:
-        """The cost model's objective (a piece that does not fit is never chosen);
-        memoised by canonical program: identical layers price once."""
-        price = self.prices.get(program)
-        if price is None:
-            price = self.prices[program] = cost(program, self.hardware).objective
-        return price
+    def _priced(self, fused: Program, unfused: Program, rules, steps, stop) -> _Fused:
+        """Priced by the cost model's objective (a piece that does not fit the local
+        tier costs infinity and is never chosen)."""
+        after, before = cost(fused, self.hardware), cost(unfused, self.hardware)
+        keeps = (after.objective <= before.objective
+                 and after.per_call_bytes <= before.per_call_bytes)
+        return _Fused(fused, rules, steps, stop, after.objective, after.per_call_bytes,
+                      before.objective, keeps)
 
     def select(self, program: Program, budget: Budget | None = None) -> FusionResult:
         start_time = time.perf_counter()
         self.budget = budget or Budget(self.limits)
+        parts = self._seed(program)
+        if self.grow:
+            parts = self._grow(program, parts)
+        fused = _assemble(program, parts)
+        pieces = tuple(_piece(program, fused, part) for part in parts)
+        return FusionResult(fused, tuple(s for part in parts for s in part.steps),
+                            self.budget.exhausted
+                            or _worst_stop(part.stop_reason for part in parts),
+                            time.perf_counter() - start_time, program, pieces)
+
+    # -- seeds: the cheapest cover by windowed candidates ------------------------
+    def _seed(self, program: Program) -> list[_Part]:
         n = len(program.kernels)
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
                  if j - i == 1 or connected(program, i, j)]
         best: list[float] = [0.0] + [math.inf] * n
+        reads = last_reads(program)
         choice: list[tuple | None] = [None] * (n + 1)
         bar = _progress(len(spans), self.progress)
         for i, j in spans:           # ordered by j: best[i] is final when j is reached
-            segment = segment_program(program, i, j)
-            fused, info, canon = self._fuse(segment)
-            fused_canon = fused.program if isinstance(fused, _Renamed) else canon
-            price = self._price(fused_canon)
-            if j - i == 1 and not self._not_worse(fused_canon, canon):
+            bar.update(1)
+            info, back = self._fuse(segment_program(program, i, j, reads))
+            price = info.price
+            if not info.keeps:
+                if j - i > 1:
+                    continue         # the smaller candidates inside it cover it as well
                 # A kernel alone is kept as it is unless its fusion pays, so the
                 # cover of single kernels is the unfused program: the chosen cover
                 # is never worse than it.
-                fused, info, price = segment, _UNFUSED, self._price(canon)
-            bar.update(1)
+                info, price = _UNFUSED, info.unfused_price
             if best[i] + price < best[j]:
                 best[j] = best[i] + price
-                choice[j] = (i, fused, info, price)
+                choice[j] = (i, info, back)
         bar.close()
-        pieces = []
+        parts = []
         j = n
         while j > 0:
-            i, fused, info, price = choice[j]
-            if isinstance(fused, _Renamed):
-                fused = rename(fused.program, fused.arrays, fused.kernels)
-            fused = _fresh_names(fused, program, f"_{i}")
-            pieces.append((Piece(i, j, tuple(k.name for k in program.kernels[i:j]), fused,
-                                 info.rules, price), info))
+            i, info, back = choice[j]
+            fused = (segment_program(program, i, j) if info is _UNFUSED
+                     else rename(info.program, *back))
+            parts.append(self._part(i, j, _fresh_names(fused, _names(program), f"_{i}"),
+                                    info.rules, info.steps, info.stop_reason))
             j = i
-        pieces.reverse()
-        return FusionResult(_assemble(program, [p for p, _ in pieces]),
-                            tuple(s for _, info in pieces for s in info.steps),
-                            self.budget.exhausted
-                            or _worst_stop(info.stop_reason for _, info in pieces),
-                            time.perf_counter() - start_time, program,
-                            tuple(p for p, _ in pieces))
+        parts.reverse()
+        return parts
+
+    def _part(self, start, stop, fused: Program, rules, steps, stop_reason) -> _Part:
+        c = cost(fused, self.hardware)
+        prep = tuple(k for k, kc in zip(fused.kernels, c.per_kernel) if kc.weight_prep)
+        call = tuple(k for k, kc in zip(fused.kernels, c.per_kernel) if not kc.weight_prep)
+        return _Part(start, stop, prep, call, fused.arrays, dict(rules), tuple(steps),
+                     stop_reason, c.objective, c.per_call_bytes)
+
+    # -- growth: merge neighbouring pieces while it pays ---------------------------
+    def _grow(self, program: Program, parts: list[_Part]) -> list[_Part]:
+        self.merges = self.refused = self.unpaid = 0
+        tried: set = set()           # (spans of the two) merges that did not pay
+        changed = True
+        while changed:               # a merge can make an earlier refused one pay
+            changed = False
+            k = 0
+            while k + 1 < len(parts):
+                a, b = parts[k], parts[k + 1]
+                key = (a.start, a.stop, b.stop)
+                merged = None if key in tried else self._merge(program, parts, k)
+                if merged is None:
+                    tried.add(key)
+                    k += 1
+                else:                # stay at k: the merged piece tries its next neighbour
+                    parts[k:k + 2] = [merged]
+                    self.merges += 1
+                    changed = True
+        return parts
+
+    def _merge(self, program: Program, parts: list[_Part], k: int) -> _Part | None:
+        a, b = parts[k], parts[k + 1]
+        if not feeds(a.call, b.call):
+            return None
+        decls = _declarations(program, parts)
+        others = [kk for i, p in enumerate(parts) if i not in (k, k + 1)
+                  for kk in p.prep + p.call] + list(a.prep + b.prep)
+        # Preparation outputs come in as plain inputs (only the program's own weights
+        # are weights), so what the merge prepares reads the program's weights alone.
+        candidate = sub_program(decls, a.call + b.call, others,
+                                f"{program.name}[{a.start}:{b.stop}]")
+        # Tolerant: the engine may fail on a fused form it does not handle (a held
+        # accumulator looked up at ``h // 2``; a row store ``X[i, :] = sum(k:
+        # map(n: ..))`` inlined as if it were ``map(n: ..)``, which the engine's own
+        # check rejects). The two pieces then stay apart, as they were.
+        info, back = self._fuse(candidate, tolerant=True)
+        if not info.steps:
+            return None              # nothing fused (or the budget is spent, or refused)
+        apart = a.price + b.price
+        if not (info.price < apart * (1 - 1e-9)
+                and info.per_call_bytes <= a.per_call_bytes + b.per_call_bytes):
+            self.unpaid += 1
+            return None
+        fused = rename(info.program, *back)
+        fused = _fresh_names(fused, {d.name for d in decls.arrays} | _names(program)
+                             | {kk.name for p in parts for kk in p.prep + p.call},
+                             f"_m{self.merges}")
+        part = self._part(a.start, b.stop, fused, {}, info.steps, info.stop_reason)
+        rules = dict(a.rules)
+        for table in (b.rules, info.rules):
+            for r, n in table.items():
+                rules[r] = rules.get(r, 0) + n
+        return attrs.evolve(part, prep=a.prep + b.prep + part.prep,
+                            arrays=a.arrays + b.arrays + part.arrays, rules=rules,
+                            steps=a.steps + b.steps + part.steps,
+                            stop_reason=_worst_stop([a.stop_reason, b.stop_reason,
+                                                     part.stop_reason]))
 
 
-    def _not_worse(self, fused: Program, original: Program) -> bool:
-        key = (fused, original)
-        hit = self.not_worse.get(key)
-        if hit is None:
-            hit = self.not_worse[key] = _not_worse(fused, original, self.hardware)
-        return hit
-
-
-@attrs.frozen
-class _Renamed:
-    """A fused candidate in canonical names and the renaming back to the program's."""
-
-    program: Program
-    arrays: dict
-    kernels: dict
-
-
-_UNFUSED = _Fused(None, {}, (), "saturated")
+_UNFUSED = _Fused(None, {}, (), "saturated", math.inf, 0, math.inf, True)
 
 
 def _not_worse(fused: Program, original: Program, hardware: Hardware) -> bool:
@@ -160,10 +268,13 @@ def _not_worse(fused: Program, original: Program, hardware: Hardware) -> bool:
     return after.objective <= before.objective and after.per_call_bytes <= before.per_call_bytes
 
 
-def _fresh_names(piece: Program, program: Program, suffix: str) -> Program:
+def _names(program: Program) -> set[str]:
+    return {a.name for a in program.arrays} | {k.name for k in program.kernels}
+
+
+def _fresh_names(piece: Program, known: set[str], suffix: str) -> Program:
     """Arrays and kernels a fusion created (weight preparation) get names unique to
     their piece: two pieces may each have made a ``prep1``."""
-    known = {a.name for a in program.arrays} | {k.name for k in program.kernels}
     arrays = {a.name: a.name + suffix for a in piece.arrays if a.name not in known}
     kernels = {k.name: k.name + suffix for k in piece.kernels if k.name not in known}
     return rename(piece, arrays, kernels) if arrays or kernels else piece
@@ -174,13 +285,42 @@ def _worst_stop(reasons) -> str:
     return next((r for r in reasons if r != "saturated"), "saturated")
 
 
-def _assemble(program: Program, pieces: list[Piece]) -> Program:
-    kernels = tuple(k for p in pieces for k in p.program.kernels)
-    live = {a for k in kernels for a in k.writes()} | set(program.inputs) | set(program.outputs)
+def _declarations(program: Program, parts: list[_Part]) -> Program:
+    """``program`` declaring every array the pieces use (those fusion created too)."""
     known = {a.name for a in program.arrays}
-    created = tuple(a for p in pieces for a in p.program.arrays if a.name not in known)
-    return program.evolve(kernels=kernels,
-                          arrays=tuple(a for a in program.arrays if a.name in live) + created)
+    created = {}
+    for p in parts:
+        for a in p.arrays:
+            if a.name not in known:
+                created.setdefault(a.name, a)
+    return program.evolve(arrays=program.arrays + tuple(created.values()))
+
+
+def _assemble(program: Program, parts: list[_Part]) -> Program:
+    """The pieces in order; preparation nobody reads any more (a merge re-derived it)
+    is dropped."""
+    kernels = [k for p in parts for k in p.prep + p.call]
+    preps = {k.name for p in parts for k in p.prep}
+    while True:
+        read = set(program.outputs).union(*(k.reads() for k in kernels))
+        dead = [k for k in kernels if k.name in preps and not set(k.writes()) & read]
+        if not dead:
+            break
+        kernels = [k for k in kernels if k not in dead]
+    live = {a for k in kernels for a in k.writes()} | set(program.inputs) | set(program.outputs)
+    decls = _declarations(program, parts)
+    return program.evolve(kernels=tuple(kernels),
+                          arrays=tuple(a for a in decls.arrays if a.name in live))
+
+
+def _piece(program: Program, fused: Program, part: _Part) -> Piece:
+    mine = {k.name for k in part.prep + part.call}
+    kernels = [k for k in fused.kernels if k.name in mine]
+    rest = [k for k in fused.kernels if k.name not in mine]
+    return Piece(part.start, part.stop,
+                 tuple(k.name for k in program.kernels[part.start:part.stop]),
+                 sub_program(fused, kernels, rest, f"{program.name}[{part.start}:{part.stop}]"),
+                 part.rules, part.price)
 
 
 class _NoBar:
@@ -202,10 +342,11 @@ def _progress(total: int, enabled: bool):
 def fuse_program(program: Program, rules: RuleSet, limits: Limits | None = None,
                  *, hardware: Hardware, step_check=None, max_kernels: int = DEFAULT_MAX_KERNELS,
                  progress: bool | None = None) -> FusionResult:
-    """Fuse ``program``: whole when it is small enough to be one candidate, else by
-    candidate selection. Never worse than the program it started from: when the
-    whole-program fusion costs more (e.g. a producer inlined into several consumers
-    recomputes it), selection keeps only the pieces whose fusion pays. The fused
+    """Fuse ``program``: in one engine run when it fits one seed window, else by
+    candidate selection (seeds that grow by cost, so a piece may span any number of
+    kernels). Never worse than the program it started from: when the whole-program
+    fusion costs more (e.g. a producer inlined into several consumers recomputes it),
+    selection keeps only the pieces whose fusion pays. The fused
     program keeps ``program.params`` (an imported model's parameter values)."""
     result = _fuse_program(program, rules, limits, hardware, step_check, max_kernels,
                            progress)

@@ -89,7 +89,7 @@ def test_small_programs_are_fused_whole():
 
 
 def test_api_fuse_selects_for_large_programs():
-    # A chain of more elementwise kernels than one candidate may hold.
+    # A chain of more elementwise kernels than one seed candidate may hold.
     from blockbuster.frontend.builder import GraphBuilder
     g = GraphBuilder("chain")
     g.dim("M", 40, 16)
@@ -100,8 +100,39 @@ def test_api_fuse_selects_for_large_programs():
     program = g.build(t)
     assert len(program.kernels) > DEFAULT_MAX_KERNELS
     result = bb.fuse(program, progress=False)
-    assert len(result.pieces) > 1
+    # Seeds hold at most the window; they then merge by cost into one piece.
+    assert len(result.pieces) == 1 and result.pieces[0].kernels == tuple(
+        k.name for k in program.kernels)
+    assert len(result.program.kernels) == 1
     x = random_inputs(program, seed=1)
     want = run_program(program, x)
     got = run_program(result.program, x)
     assert compare(got, want).passed
+
+
+@pytest.fixture(scope="module")
+def thirty_two_layers(selector, three_layers):
+    # After one and three layers every candidate of a deeper stack is in the cache.
+    before = selector.fusions
+    program = bb.workload("llama_block", layers=32, **SIZES)
+    return program, selector.select(program), selector.fusions - before
+
+
+def _per_call_and_prep(result):
+    c = bb.cost(result.program)
+    prep = sum(k.weight_prep for k in c.per_kernel)
+    return len(result.program.kernels) - prep, prep
+
+
+@pytest.mark.parametrize("which, layers", [("three_layers", 3), ("thirty_two_layers", 32)])
+def test_a_stack_fuses_to_the_same_kernels_per_layer_as_one_layer(request, one_layer,
+                                                                    which, layers):
+    # Pieces grow by cost across the whole stack, yet each layer ends as one layer
+    # alone does, and a deep stack needs no fusion the shallow ones did not.
+    _, one, _ = one_layer
+    _, stack, new_fusions = request.getfixturevalue(which)
+    calls, prep = _per_call_and_prep(one)
+    assert _per_call_and_prep(stack) == (layers * calls, layers * prep)
+    assert stack.stop_reason == "saturated"
+    if layers == 32:
+        assert new_fusions == 0
