@@ -11,7 +11,9 @@ Execution model (what the counts assume, and what a code generator does):
   Hash-consing makes a node shared by several consumers one node: it runs once per
   iteration of the loops it is placed in. Two *different* ``reduce`` nodes are two
   different loops, even over the same range, so a load used in both runs in both
-  (merging them is a fusion).
+  (merging them is a fusion). A ``map`` stored with ``:`` beside a sibling ``reduce``
+  over the same whole dimension (a multi-output kernel) runs in that reduce's loop
+  (:func:`blockbuster.ir.placement.shared_loops`): a block both read moves once.
 * A ``load`` moves the product of the block extents of its non-point dimensions (at
   the block indices its subscripts evaluate to; ragged blocks are smaller) each time
   it runs. A store writes each subscripted block once; a ``:`` subscript writes
@@ -74,7 +76,7 @@ from ..ir.combiners import COMBINERS
 from ..ir.expr import Expr
 from ..ir.index import IConst, IVar, Idx, free_vars as index_vars, substitute
 from ..ir.ops import OPS
-from ..ir.placement import Binder, binds_loop, place
+from ..ir.placement import Binder, binds_loop, place, shared_loops
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
 from .hardware import Hardware
@@ -295,6 +297,7 @@ class _KernelCounter:
         self._scopes: dict[Chain, dict[str, int]] = {}
         self._binders: dict[Chain, tuple[Binder, ...]] = {}
         self._array_names = itertools.count()
+        self._shared = shared_loops(kernel)    # map -> the reduce whose loop it shares
 
         top = tuple(_Frame(v, Loop(f"_{d}", self.dims[dim]))
                     for d, (v, dim) in enumerate(kernel.loops))
@@ -418,6 +421,9 @@ class _KernelCounter:
 
     def _enter(self, node: Expr, at: Chain, dim: str, lo=None, hi=None) -> Chain:
         """``at`` plus the loop that ``node`` (a reduce or map) binds."""
+        partner = self._shared.get(node) if node.op == "map" else None
+        if partner is not None:          # one loop with that reduce: the same frame
+            return self._enter(partner, at, dim)
         loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at), self._rename(hi, at))
         return at + (_Frame(node.attr.var, loop, node if node.op == "reduce" else None,
                             binds_loop(node, self.dims[dim])),)

@@ -9,6 +9,9 @@
                       output blocks held in the local tier);
 ``hold_accumulators`` a sum inside such a map becomes one sum of map arrays (a held
                       row of accumulators, one pass), read back with ``get``;
+``merge_siblings``    two independent kernels that load the same array become one
+                      multi-output kernel over their common loops (the extra loops
+                      of one held as maps stored with ':');
 ``prepare_weights``   an expression of weights only moves into a kernel of its own,
                       run once (weight preparation).
 
@@ -313,6 +316,77 @@ def _hold_accumulators(program: Program, kernel: Kernel, m: Expr, r: Expr) -> Pr
     return replace_in_kernel(program, kernel, {m: new_m})
 
 
+# --- merge_siblings (multi-output kernels) -----------------------------------------
+
+def find_merge_siblings(program: Program) -> Iterator[Application]:
+    """Pairs of kernels that load a common array and do not depend on each other
+    (neither reads what the other, or a kernel between them, writes): one becomes a
+    store of the other. Their loops must agree on a common prefix of dimensions; the
+    longer kernel's extra loops are held (``hold``: maps stored with ':'), so that a
+    map over a dimension the other kernel reduces over can share that loop."""
+    kernels = program.kernels
+    for a_pos, a in enumerate(kernels):
+        for b_pos in range(a_pos + 1, len(kernels)):
+            b = kernels[b_pos]
+            if not a.reads() & b.reads():
+                continue
+            between = set().union(*(set(k.writes()) for k in kernels[a_pos:b_pos]))
+            if b.reads() & between:
+                continue                 # b needs a, or something after a
+            merged = _merge_kernels(a, b)
+            if merged is not None:
+                yield Application(a.name, None, None, {"with": b.name},
+                                  lambda a=a, b=b, m=merged: _replace_pair(program, a, b, m))
+
+
+def _replace_pair(program: Program, a: Kernel, b: Kernel, merged: Kernel) -> Program:
+    return program.evolve(kernels=tuple(merged if k is a else k
+                                        for k in program.kernels if k is not b))
+
+
+def _merge_kernels(a: Kernel, b: Kernel) -> Kernel | None:
+    """``a`` and ``b`` as one kernel named ``a``'s (``a``'s stores first), or None."""
+    long_, short = (a, b) if len(a.loops) >= len(b.loops) else (b, a)
+    n = len(short.loops)
+    if n == 0 or [d for _, d in long_.loops[:n]] != [d for _, d in short.loops]:
+        return None
+    # The short kernel's loop variables take the long one's names.
+    rename = {v: IVar(w) for (v, _), (w, _) in zip(short.loops, long_.loops) if v != w}
+    short_stores = tuple(attrs.evolve(s, index=tuple(None if ix is None else
+                                                     _subst_idx(ix, rename) for ix in s.index),
+                                      value=substitute_index(s.value, rename))
+                         for s in short.stores) if rename else short.stores
+    # A held loop takes the name of a reduction over its dimension in the short
+    # kernel, so that the two can share one loop (and their loads).
+    reduced = {}
+    for s in short_stores:
+        for node in s.value.walk():
+            if node.op == "reduce" and node.attr.lo is None and node.attr.hi is None:
+                reduced.setdefault(node.attr.dim, node.attr.var)
+    kept = {v for v, _ in long_.loops[:n]}
+    long_stores = long_.stores
+    for var, dim in reversed(long_.loops[n:]):       # innermost first
+        name = reduced.get(dim, var)
+        if name != var and (name in kept or name in {v for v, _ in long_.loops}):
+            name = var
+        if not all(_held_first(st.index, var) for st in long_stores):
+            return None
+        held = []
+        for st in long_stores:
+            value = substitute_index(st.value, {var: IVar(name)}) if name != var else st.value
+            index = tuple(None if (ix is not None and ix == IVar(var)) else ix for ix in st.index)
+            held.append(attrs.evolve(st, index=index,
+                                     value=Expr("map", (value,), BindAttr(name, dim))))
+        long_stores = tuple(held)
+    stores = long_stores + short_stores if long_ is a else short_stores + long_stores
+    return Kernel(a.name, long_.loops[:n], stores)
+
+
+def _subst_idx(ix, mapping):
+    from ..ir.index import substitute
+    return substitute(ix, mapping)
+
+
 # --- prepare_weights (weight preparation) ------------------------------------------
 
 _NOT_PREPARED = ("reduce", "map", "get", "runmax", "pos", "proj", "pvar")
@@ -387,6 +461,7 @@ ACTION_IMPLS: dict[str, Callable[[Program], Iterator[Application]]] = {
     "inline": find_inline,
     "drop_dead": find_drop_dead,
     "merge_reductions": find_merge_reductions,
+    "merge_siblings": find_merge_siblings,
 }
 
 assert set(ACTION_IMPLS) == set(ACTIONS), "every action in the vocabulary is implemented"

@@ -71,6 +71,7 @@ PROGRAMS = {
     "attention": lambda: fused("attention", N=200, D=48),
     "layernorm_matmul": lambda: fused("layernorm_matmul", M=200, K=130, N=70),
     "rmsnorm_ffn_swiglu": lambda: fused("rmsnorm_ffn_swiglu", M=100, D=130, H=200),
+    "paper_figure": lambda: fused("paper_figure", M=150, N=200),
     "unfused_layernorm_matmul": lambda: workload("layernorm_matmul", M=70, K=130, N=50),
     "causal": lambda: program(CAUSAL),
     "maps": lambda: program(MAPS),
@@ -112,6 +113,16 @@ def test_sibling_maps_share_one_load_per_block():
     maps = planned(program(MAPS), threads=2)
     assert [load.array for load in maps.kernels[0].loads].count("X") == 1
     assert [load.array for load in maps.kernels[1].loads].count("W") == 1
+
+
+def test_a_stored_map_shares_its_sibling_reductions_loop():
+    # The paper's figure fused: C[i, :] = map(j: A + B) beside d[i] = sum(j: rowsum(B))
+    # in one kernel; the map's elements are written in the reduction's loop over j,
+    # so each block of B is loaded once (as the cost model counts it).
+    p = PROGRAMS["paper_figure"]()
+    (kernel,) = planned(p, threads=2).kernels
+    assert sorted(load.array for load in kernel.loads) == ["A", "B"]
+    assert cost(p).global_bytes == cost(p).compulsory_bytes
 
 
 def test_a_load_no_kernel_loop_needs_is_hoisted_out_of_them():
