@@ -60,8 +60,10 @@ one instance runs on one core): the sum over every distinct node of the kernel's
 of its value at *full* block size — ``block × block`` for a block, ``block`` for a
 vector, scalars 0, a ``map`` array ``nblocks ×`` its element, a multi-output
 reduction all its accumulators; a ``proj`` is a view of its reduction's accumulator
-and is not counted again. It ignores liveness (a value dead after its consumer is
-still counted), so it never underestimates.
+and is not counted again, and a ``map`` stored with ``:`` (one per map level, used
+nowhere else) is written element by element into its destination, never held. It
+ignores liveness (a value dead after its consumer is still counted), so it never
+underestimates.
 """
 
 from __future__ import annotations
@@ -263,6 +265,25 @@ def _required(hardware) -> Hardware:
 # Counting one kernel
 # ---------------------------------------------------------------------------
 
+def _direct_maps(kernel: Kernel) -> set:
+    """The ``map`` nodes (nested ones too) of stores with one ``:`` per map level
+    whose map is used nowhere else: each element is written straight into its
+    destination block, so the array is never held in the local tier (its elements
+    are counted as the nodes of the map's body)."""
+    used = {a for s in kernel.stores for n in s.value.walk() for a in n.args}
+    values = [s.value for s in kernel.stores]
+    out = set()
+    for store in kernel.stores:
+        chain, node = [], store.value
+        while node.op == "map":
+            chain.append(node)
+            node = node.args[0]
+        if (chain and len(chain) == sum(ix is None for ix in store.index)
+                and store.value not in used and values.count(store.value) == 1):
+            out.update(chain)
+    return out
+
+
 @attrs.frozen(cache_hash=True)
 class _Frame:
     """One enclosing loop: a kernel loop (``binder`` None), a ``reduce`` or a ``map``.
@@ -308,8 +329,10 @@ class _KernelCounter:
             self.visit(store.value, top)
         self.stored = sum(self._store_elements(s, top) for s in kernel.stores)
         self.local_traffic += self.loaded + self.stored
+        direct = _direct_maps(kernel)
         self.footprint = sum(full_elements(shape) for node, shape in
-                             self._first_shape.items() if node.op not in ("proj", "get"))
+                             self._first_shape.items()
+                             if node.op not in ("proj", "get") and node not in direct)
 
     # -- scopes and placement ---------------------------------------------------
     def _scope(self, chain: Chain) -> dict[str, int]:
