@@ -14,6 +14,7 @@ import blockbuster
 from blockbuster.report import format_bytes
 
 CASES = [
+    ("paper_figure", dict(M=4096, N=4096)),
     ("attention", dict(N=4096, D=64)),
     ("layernorm_matmul", dict(M=2048, K=2048, N=2048)),
     ("layernorm_matmul", dict(M=2048, K=1024, N=512)),
@@ -42,7 +43,8 @@ def main() -> None:
               f"{format_bytes(before.global_bytes):>20} {format_bytes(after.per_call_bytes):>12} "
               f"{format_bytes(after.compulsory_bytes):>12} "
               f"{format_bytes(after.weight_prep_bytes):>12} {seconds:>7.2f}")
-    n, d = CASES[0][1]["N"], CASES[0][1]["D"]
+    attention = next(sizes for name, sizes in CASES if name == "attention")
+    n, d = attention["N"], attention["D"]
     bound = 4 * (2 * n * d + math.ceil(n / 64) * 2 * n * d)
     print(f"Flash Attention data movement for N={n}, D={d}, 64-row blocks: {format_bytes(bound)}")
     print("after = per call (weight preparation, kernels that read only weights, is done "

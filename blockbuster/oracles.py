@@ -32,6 +32,10 @@ def layernorm_matmul(X, gamma, beta, W) -> dict:
     return {"Y": normed @ W}
 
 
+def paper_figure(A, B) -> dict:
+    return {"C": A + B, "d": B.sum(axis=1)}
+
+
 def _silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -96,6 +100,7 @@ ORACLES: dict[str, Callable[..., dict]] = {
     "layernorm_matmul": layernorm_matmul,
     "rmsnorm_ffn_swiglu": rmsnorm_ffn_swiglu,
     "llama_block": llama_block,
+    "paper_figure": paper_figure,
 }
 
 

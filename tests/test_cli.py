@@ -163,7 +163,8 @@ def test_workloads_lists_dims_with_defaults():
     r = bb("workloads")
     assert r.returncode == 0
     lines = {line.split()[0]: line for line in r.stdout.splitlines()[1:]}
-    assert set(lines) == {"attention", "layernorm_matmul", "rmsnorm_ffn_swiglu", "llama_block"}
+    assert set(lines) == {"attention", "layernorm_matmul", "rmsnorm_ffn_swiglu", "paper_figure",
+                          "llama_block"}
     assert "N=256 S=N D=64" in lines["attention"] and "softmax" in lines["attention"]
     assert "M=128 D=256 H=512" in lines["rmsnorm_ffn_swiglu"]
     data = json.loads(bb("workloads", "--json").stdout)

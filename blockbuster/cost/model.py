@@ -11,7 +11,9 @@ Execution model (what the counts assume, and what a code generator does):
   Hash-consing makes a node shared by several consumers one node: it runs once per
   iteration of the loops it is placed in. Two *different* ``reduce`` nodes are two
   different loops, even over the same range, so a load used in both runs in both
-  (merging them is a fusion).
+  (merging them is a fusion). A ``map`` stored with ``:`` beside a sibling ``reduce``
+  over the same whole dimension (a multi-output kernel) runs in that reduce's loop
+  (:func:`blockbuster.ir.placement.shared_loops`): a block both read moves once.
 * A ``load`` moves the product of the block extents of its non-point dimensions (at
   the block indices its subscripts evaluate to; ragged blocks are smaller) each time
   it runs. A store writes each subscripted block once; a ``:`` subscript writes
@@ -58,8 +60,10 @@ one instance runs on one core): the sum over every distinct node of the kernel's
 of its value at *full* block size — ``block × block`` for a block, ``block`` for a
 vector, scalars 0, a ``map`` array ``nblocks ×`` its element, a multi-output
 reduction all its accumulators; a ``proj`` is a view of its reduction's accumulator
-and is not counted again. It ignores liveness (a value dead after its consumer is
-still counted), so it never underestimates.
+and is not counted again, and a ``map`` stored with ``:`` (one per map level, used
+nowhere else) is written element by element into its destination, never held. It
+ignores liveness (a value dead after its consumer is still counted), so it never
+underestimates.
 """
 
 from __future__ import annotations
@@ -74,8 +78,8 @@ from ..ir.combiners import COMBINERS
 from ..ir.expr import Expr
 from ..ir.index import IConst, IVar, Idx, free_vars as index_vars, substitute
 from ..ir.ops import OPS
-from ..ir.placement import Binder, binds_loop, place
 from ..ir.kernel_key import declarations_id, kernel_key
+from ..ir.placement import Binder, binds_loop, place, shared_loops
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
 from .hardware import Hardware
@@ -283,6 +287,25 @@ def _required(hardware) -> Hardware:
 # Counting one kernel
 # ---------------------------------------------------------------------------
 
+def _direct_maps(kernel: Kernel) -> set:
+    """The ``map`` nodes (nested ones too) of stores with one ``:`` per map level
+    whose map is used nowhere else: each element is written straight into its
+    destination block, so the array is never held in the local tier (its elements
+    are counted as the nodes of the map's body)."""
+    used = {a for s in kernel.stores for n in s.value.walk() for a in n.args}
+    values = [s.value for s in kernel.stores]
+    out = set()
+    for store in kernel.stores:
+        chain, node = [], store.value
+        while node.op == "map":
+            chain.append(node)
+            node = node.args[0]
+        if (chain and len(chain) == sum(ix is None for ix in store.index)
+                and store.value not in used and values.count(store.value) == 1):
+            out.update(chain)
+    return out
+
+
 @attrs.frozen(cache_hash=True)
 class _Frame:
     """One enclosing loop: a kernel loop (``binder`` None), a ``reduce`` or a ``map``.
@@ -317,6 +340,7 @@ class _KernelCounter:
         self._scopes: dict[Chain, dict[str, int]] = {}
         self._binders: dict[Chain, tuple[Binder, ...]] = {}
         self._array_names = itertools.count()
+        self._shared = shared_loops(kernel)    # map -> the reduce whose loop it shares
 
         top = tuple(_Frame(v, Loop(f"_{d}", self.dims[dim]))
                     for d, (v, dim) in enumerate(kernel.loops))
@@ -327,8 +351,10 @@ class _KernelCounter:
             self.visit(store.value, top)
         self.stored = sum(self._store_elements(s, top) for s in kernel.stores)
         self.local_traffic += self.loaded + self.stored
+        direct = _direct_maps(kernel)
         self.footprint = sum(full_elements(shape) for node, shape in
-                             self._first_shape.items() if node.op not in ("proj", "get"))
+                             self._first_shape.items()
+                             if node.op not in ("proj", "get") and node not in direct)
 
     # -- scopes and placement ---------------------------------------------------
     def _scope(self, chain: Chain) -> dict[str, int]:
@@ -440,6 +466,9 @@ class _KernelCounter:
 
     def _enter(self, node: Expr, at: Chain, dim: str, lo=None, hi=None) -> Chain:
         """``at`` plus the loop that ``node`` (a reduce or map) binds."""
+        partner = self._shared.get(node) if node.op == "map" else None
+        if partner is not None:          # one loop with that reduce: the same frame
+            return self._enter(partner, at, dim)
         loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at), self._rename(hi, at))
         return at + (_Frame(node.attr.var, loop, node if node.op == "reduce" else None,
                             binds_loop(node, self.dims[dim])),)

@@ -49,6 +49,9 @@ ACTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "hold_accumulators": ((), "a sum inside map(d: ...) whose terms depend on d becomes "
                               "one sum of map arrays outside it (a held row of "
                               "accumulators), read back with get"),
+    "merge_siblings": ((), "merge two independent kernels that load a common array into "
+                           "one multi-output kernel over their common loops (the extra "
+                           "loops of one held as maps stored with ':')"),
     "prepare_weights": ((), "precompute an expression of weights only (weight "
                             "preparation, e.g. a norm gain folded into a weight) in a "
                             "kernel of its own instead of recomputing it"),

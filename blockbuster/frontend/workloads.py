@@ -91,6 +91,16 @@ def _rmsnorm_ffn_swiglu(s: dict, b: dict) -> Program:
     return g.build(g.matmul(gated, w2, name="Y"))
 
 
+def _paper_figure(s: dict, b: dict) -> Program:
+    """The paper's introductory figure: two sibling computations that both read B
+    (an elementwise sum over blocks (i, j), a row sum over j for each i)."""
+    g = GraphBuilder("paper_figure")
+    for d in ("M", "N"):
+        g.dim(d, s[d], b[d])
+    a, bb = g.input("A", "M", "N"), g.input("B", "M", "N")
+    return g.build(g.binary("add", a, bb, name="C"), g.row_reduce("sum", bb, name="d"))
+
+
 def _llama_block(s: dict, b: dict) -> Program:
     """A stack of ``layers`` Llama decoder layers (pre-RMSNorm, rotary GQA causal
     attention, SwiGLU FFN). Heads: see :meth:`GraphBuilder.rope_heads`."""
@@ -141,6 +151,9 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              {"M": 256, "K": 256, "N": 256}, {"M": 64, "K": 64, "N": 64}, _layernorm_matmul),
     Workload("rmsnorm_ffn_swiglu", "Y = (silu(h·W1) ⊙ (h·W3))·W2, h = RMSNorm(X)·g",
              {"M": 128, "D": 256, "H": 512}, {"M": 64, "D": 64, "H": 64}, _rmsnorm_ffn_swiglu),
+    Workload("paper_figure", "C = A + B and d = rowsum(B) (the paper's first figure: "
+             "two outputs sharing the loads of B)",
+             {"M": 256, "N": 256}, {"M": 64, "N": 64}, _paper_figure),
     Workload("llama_block", "Llama decoder layers (NH=4 KVH=2 layers=1): u = X + causal "
              "RoPE GQA attention(RMSNorm(X)), Y = u + SwiGLU(RMSNorm(u))",
              {"T": 64, "E": 64, "F": 128}, {"T": 16, "E": 32, "F": 32}, _llama_block,

@@ -67,3 +67,56 @@ def place(free_vars: Iterable[str], chain: Sequence[Binder], floor: int = 0) -> 
         if d is not None and chain[d].loop:
             depth = max(depth, d + 1)
     return depth
+
+
+def shared_loops(kernel) -> dict:
+    """``{map node: reduce node}``: the ``map``s stored with ``:`` whose loop is the
+    loop of a sibling ``reduce`` of the same kernel (a multi-output kernel: the
+    paper's ``C[i, :] = map(j: A + B)`` beside ``d[i] = sum(j: rowsum(B))``), so that
+    what they both read (a block of ``B``) is loaded once per index.
+
+    A map shares the loop of a reduce when: the map is a store's whole value, one
+    level deep, stored with one ``:`` and used nowhere else; the reduce runs over the
+    whole of the same dimension with the same variable; both are computed at the
+    kernel's level (their free variables are exactly the kernel's loop variables) and
+    the reduce sits in another store's value outside every ``reduce``/``map``; and
+    neither contains the other. The cost model counts with this rule and the Numba
+    generator emits with it (the map's elements inside the reduce's loop)."""
+    loop_vars = frozenset(kernel.loop_vars)
+    candidates = []              # (store position, reduce) at kernel level
+    for pos, store in enumerate(kernel.stores):
+        stack, seen = [store.value], set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "reduce":
+                if (n.attr.lo is None and n.attr.hi is None
+                        and n.free_vars == loop_vars):
+                    candidates.append((pos, n))
+                continue
+            if n.op == "map":
+                continue
+            stack.extend(n.args)
+    if not candidates:
+        return {}
+    uses: dict = {}
+    for store in kernel.stores:
+        for n in store.value.walk():
+            for a in n.args:
+                uses[a] = uses.get(a, 0) + 1
+    out = {}
+    for pos, store in enumerate(kernel.stores):
+        m = store.value
+        if (m.op != "map" or m.args[0].op == "map" or uses.get(m, 0)
+                or sum(s.value is m for s in kernel.stores) != 1
+                or sum(ix is None for ix in store.index) != 1 or m.free_vars != loop_vars):
+            continue
+        inside = set(m.walk())
+        for rpos, r in candidates:
+            if (rpos != pos and r.attr.var == m.attr.var and r.attr.dim == m.attr.dim
+                    and r not in inside and m not in set(r.walk())):
+                out[m] = r
+                break
+    return out

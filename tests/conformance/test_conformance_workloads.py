@@ -34,6 +34,9 @@ CASES = [
     ("layernorm_matmul", {"M": 1, "K": 70, "N": 9}, {"K": 32}),
     ("rmsnorm_ffn_swiglu", {"M": 70, "D": 50, "H": 70}, {"M": 32, "D": 32, "H": 32}),
     ("rmsnorm_ffn_swiglu", {"M": 1, "D": 70, "H": 40}, {"D": 32, "H": 16}),
+    # two outputs sharing the loads of B in one fused kernel (ragged, one row)
+    ("paper_figure", {"M": 100, "N": 70}, {"M": 32, "N": 32}),
+    ("paper_figure", {"M": 1, "N": 70}, {"N": 32}),
     # grouped-query (4 heads, 2 key/value groups), ragged T, weight preparation
     ("llama_block", {"T": 20, "E": 32, "F": 24, "NH": 4, "KVH": 2},
      {"T": 8, "E": 8, "F": 16}),

@@ -48,6 +48,21 @@ def test_kernels_per_call_and_weight_preparation(name, per_call, prep):
                                    "rmsnorm_ffn_swiglu": 11}[name]
 
 
+@pytest.mark.parametrize("m, n", [(256, 256), (100, 70), (4096, 4096)])
+def test_paper_figure_is_one_kernel_reading_b_once(m, n):
+    # C = A + B and d = rowsum(B): two kernels unfused (B read twice), one fused
+    # multi-output kernel (C[i, :] a map over j, d[i] a sum over j) whose map shares
+    # the sum's loop: every block moved once, the compulsory bytes. (A row of C is
+    # written block by block, never held: it fits for any N.)
+    before = workload("paper_figure", M=m, N=n)
+    p = fused("paper_figure", M=m, N=n)
+    assert len(before.kernels) == 2 and len(p.kernels) == 1
+    (kernel,) = p.kernels
+    assert sorted(kernel.writes()) == ["C", "d"]
+    assert cost(before).global_bytes == 4 * (4 * m * n + m)
+    assert cost(p).global_bytes == cost(p).compulsory_bytes == 4 * (3 * m * n + m)
+
+
 @pytest.mark.parametrize("n, holds", [(512, True), (2048, False)])
 def test_layernorm_matmul_holds_the_output_row_only_where_it_fits(n, holds):
     p = fused("layernorm_matmul", M=2048, K=1024 if n == 512 else 2048, N=n)

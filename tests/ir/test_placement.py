@@ -1,7 +1,10 @@
 """The placement rule shared by the cost model and the code generators."""
 
 from blockbuster.ir.expr import load, map_, reduce
-from blockbuster.ir.placement import Binder, binds_loop, place
+from blockbuster.ir.parser import parse_program
+from blockbuster.ir.placement import Binder, binds_loop, place, shared_loops
+from blockbuster.ir.printer import format_program
+from blockbuster.ir.verify import verify
 from blockbuster.ir.types import Dim
 
 
@@ -33,3 +36,41 @@ def test_only_a_whole_one_block_range_is_no_loop_except_online_softmax():
     assert not binds_loop(map_("q", "P", body), one)
     assert binds_loop(map_("q", "K", body), two)
     assert binds_loop(reduce("sum", "q", "K", body), two)
+
+
+SIBLINGS = """
+program siblings
+dim M = 7 block 3
+dim N = 10 block 4
+input A[M, N]
+input B[M, N]
+output C[M, N]
+output d[M]
+output e[M]
+kernel k for i in M:
+  C[i, :] = map(j in N: add(A[i, j], B[i, j]))
+  d[i] = sum(j in N: rowsum(B[i, j]))
+  e[i] = sum(j in N[1 : ]: rowsum(A[i, j]))
+"""
+
+
+def test_a_stored_map_shares_the_loop_of_a_whole_range_sibling_reduction():
+    p = parse_program(SIBLINGS)
+    (k,) = p.kernels
+    shared = shared_loops(k)
+    assert shared == {k.stores[0].value: k.stores[1].value}
+    # The multi-output kernel's text form round-trips and it verifies.
+    assert parse_program(format_program(p)) == p
+    verify(p)
+
+
+def test_a_map_that_uses_the_reduction_or_a_sub_range_shares_nothing():
+    dependent = SIBLINGS.replace("add(A[i, j], B[i, j])",
+                                 "rowscale(sum(j in N: rowsum(B[i, j])), A[i, j])")
+    # (only the engine, mid-rewrite, writes a binder that shadows another)
+    (k,) = parse_program(dependent, check=False).kernels
+    assert shared_loops(k) == {}
+    sub_range = SIBLINGS.replace("d[i] = sum(j in N: rowsum(B[i, j]))",
+                                 "d[i] = sum(j in N[: 2]: rowsum(B[i, j]))")
+    (k,) = parse_program(sub_range).kernels
+    assert shared_loops(k) == {}

@@ -63,6 +63,28 @@ kernel one for i in M, p in P:
 """
 
 
+# Two ':' maps sharing the loop of a reduction that sits inside an expression, and
+# a held column (K, one block) that shares nothing.
+SIBLINGS = """
+program siblings
+dim M = 7 block 3
+dim N = 10 block 4
+dim K = 3 block 4
+input A[M, N]
+input B[M, N]
+input W[M, K]
+output C[M, N]
+output E[M, N]
+output d[M]
+output V[M, K]
+kernel k for i in M:
+  C[i, :] = map(j in N: add(A[i, j], B[i, j]))
+  d[i] = mul(sum(j in N: rowsum(mul(B[i, j], A[i, j]))), 0.5)
+  E[i, :] = map(j in N: exp(B[i, j]))
+  V[i, :] = map(c in K: mul(W[i, c], 2.0))
+"""
+
+
 def fused(name, **sizes):
     return fuse(workload(name, **sizes)).program
 
@@ -71,9 +93,11 @@ PROGRAMS = {
     "attention": lambda: fused("attention", N=200, D=48),
     "layernorm_matmul": lambda: fused("layernorm_matmul", M=200, K=130, N=70),
     "rmsnorm_ffn_swiglu": lambda: fused("rmsnorm_ffn_swiglu", M=100, D=130, H=200),
+    "paper_figure": lambda: fused("paper_figure", M=150, N=200),
     "unfused_layernorm_matmul": lambda: workload("layernorm_matmul", M=70, K=130, N=50),
     "causal": lambda: program(CAUSAL),
     "maps": lambda: program(MAPS),
+    "siblings": lambda: program(SIBLINGS),
 }
 
 
@@ -114,6 +138,16 @@ def test_sibling_maps_share_one_load_per_block():
     assert [load.array for load in maps.kernels[1].loads].count("W") == 1
 
 
+def test_a_stored_map_shares_its_sibling_reductions_loop():
+    # The paper's figure fused: C[i, :] = map(j: A + B) beside d[i] = sum(j: rowsum(B))
+    # in one kernel; the map's elements are written in the reduction's loop over j,
+    # so each block of B is loaded once (as the cost model counts it).
+    p = PROGRAMS["paper_figure"]()
+    (kernel,) = planned(p, threads=2).kernels
+    assert sorted(load.array for load in kernel.loads) == ["A", "B"]
+    assert cost(p).global_bytes == cost(p).compulsory_bytes
+
+
 def test_a_load_no_kernel_loop_needs_is_hoisted_out_of_them():
     # B[0, 0] (one-block K and N) is the same block in every instance of the kernel:
     # the cost model counts it once per instance, the generated code loads it once.
@@ -148,6 +182,23 @@ def test_shared_map_loops_compute_what_the_math_says(numba_backend, rng):
     colsums = w64.sum(axis=0)
     want = {"SAME": x64 / a64[:, None], "OTHER": a64[:, None] * np.exp(x64),
             "HELD": x64 * colsums + np.exp(x64) * colsums, "ONE": b64 * b64}
+    for name, value in want.items():
+        np.testing.assert_allclose(out[name], value, rtol=2e-5,
+                                   atol=2e-5 * np.abs(value).max(), err_msg=name)
+
+
+def test_maps_sharing_a_reductions_loop_compute_what_the_math_says(numba_backend, rng):
+    p = program(SIBLINGS)
+    (kernel,) = planned(p, threads=2).kernels
+    assert sorted(load.array for load in kernel.loads) == ["A", "B", "W"]
+    f32 = lambda a: np.asarray(a, np.float32)          # noqa: E731
+    a = f32(rng.normal(size=(7, 10)) * 1e3)
+    b = f32(rng.normal(size=(7, 10)) * 3)
+    w = f32(rng.normal(size=(7, 3)) * 1e4)
+    out = numba_backend.compile(p)(A=a, B=b, W=w)
+    a64, b64, w64 = (v.astype(np.float64) for v in (a, b, w))
+    want = {"C": a64 + b64, "E": np.exp(b64), "d": 0.5 * (a64 * b64).sum(axis=1),
+            "V": 2 * w64}
     for name, value in want.items():
         np.testing.assert_allclose(out[name], value, rtol=2e-5,
                                    atol=2e-5 * np.abs(value).max(), err_msg=name)

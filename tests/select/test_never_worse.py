@@ -9,14 +9,18 @@ import blockbuster as bb
 from blockbuster.frontend.builder import GraphBuilder
 
 
-def _shared_matmul(M, K, N):
+def _shared_matmul(M, K, N, column_sums=False):
+    """A product with two consumers; with ``column_sums`` the second reduces over the
+    rows (another loop nest: no multi-output kernel can hold both)."""
     g = GraphBuilder("shared_matmul")
     g.dim("M", M, 16)
     g.dim("K", K, 32)
     g.dim("N", N, 16)
     a, b = g.input("A", "M", "K"), g.input("B", "K", "N")
     p = g.matmul(a, b)
-    return g.build(g.binary("mul", p, 1 / 2.891, name="scaled"), g.unary("tanh", p, name="t"))
+    t = g.unary("tanh", p, name=None if column_sums else "t")
+    second = g.col_sum(t, name="t") if column_sums else t
+    return g.build(g.binary("mul", p, 1 / 2.891, name="scaled"), second)
 
 
 @pytest.mark.parametrize("sizes", [(7, 6, 5), (37, 150, 5), (20, 150, 40)])
@@ -39,12 +43,23 @@ def test_the_whole_program_fusion_would_have_been_worse():
     """The engine alone inlines the product into both consumers; fuse() notices."""
     from blockbuster.dsl.loader import default_rules
     from blockbuster.rewrite.engine import Engine
-    program = _shared_matmul(37, 150, 5)
+    program = _shared_matmul(37, 150, 5, column_sums=True)
     whole = Engine(default_rules(), hardware=bb.cost.DEFAULT_HARDWARE).run(program).program
     assert bb.cost(whole).per_call_bytes > bb.cost(program).per_call_bytes
     result = bb.fuse(program)
     assert result.fallback
     assert "did not pay" in result.derivation(programs=False)
+
+
+def test_consumers_over_one_loop_nest_share_the_product_in_one_kernel():
+    """Inlined into both consumers, the product is one node of one multi-output
+    kernel (merge_siblings): computed once, A and B read once."""
+    program = _shared_matmul(37, 150, 5)
+    result = bb.fuse(program)
+    assert not result.fallback
+    (kernel,) = result.program.kernels
+    assert sorted(kernel.writes()) == ["scaled", "t"]
+    assert bb.cost(result.program).per_call_bytes < bb.cost(program).per_call_bytes
 
 
 def test_fusion_that_pays_is_kept_whole():

@@ -39,6 +39,7 @@ class KernelGenerator:
         self._checker = None                   # the type checker, for map shapes
         self.loads: list[PlannedLoad] = []     # every global load emitted, in order
         self.kernel_loops: tuple = ()          # the kernel's loops, in counting terms
+        self.shared_maps: dict = {}            # reduce -> [(map, sink)] in its loop
 
     def generate(self) -> list[str]:
         """The lines of the kernel's ``@njit`` function."""

@@ -68,6 +68,14 @@ def emit_maps(g, nodes, frame: Frame, sinks) -> list[MapArray]:
     var, d = nodes[0].attr.var, g.dims[nodes[0].attr.dim]
     single = d.nblocks == 1
     inner, b = open_loop(g, var, d, frame, single)
+    outs = map_elements(g, nodes, inner, sinks, d, b)
+    close_loop(frame, inner, b, "0", str(d.nblocks), f"map {var} in {d.name}")
+    return outs
+
+
+def map_elements(g, nodes, inner: Frame, sinks, d, b) -> list[MapArray]:
+    """The elements of sibling maps at index ``b`` (bound in ``inner``, their loop or
+    one they share with a reduction), each written into its sink."""
     heres = [sink.at([b.code]) for sink in sinks]
     bodies = [node.args[0] for node in nodes]
     outs: list = [None] * len(nodes)
@@ -80,7 +88,6 @@ def emit_maps(g, nodes, frame: Frame, sinks) -> list[MapArray]:
         else:
             i = group[0]
             outs[i] = element(g, bodies[i], inner, heres[i], d, b)
-    close_loop(frame, inner, b, "0", str(d.nblocks), f"map {var} in {d.name}")
     return outs
 
 

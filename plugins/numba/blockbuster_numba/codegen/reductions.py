@@ -16,7 +16,7 @@ from blockbuster.ir.expr import Expr
 from blockbuster.ir.index import IConst
 
 from .elementwise import ew, loop_nest, materialize, write
-from .maps import emit_maps, map_shape, sibling_groups
+from .maps import emit_maps, map_elements, map_shape, sibling_groups
 from .schedule import close_loop, open_loop
 from .values import Block, Frame, IndexCode, MapArray, Multi, Nest, Sink, indent, shape_text
 
@@ -66,6 +66,9 @@ def emit_reduce(g, node: Expr, frame: Frame):
     if combine is None:
         raise BackendError(f"numba: no code for combiner '{a.combiner}'")
     outs = combine(g, node, frame, inner, b, single, acc_axes)
+    shared = g.shared_maps.pop(node, ())
+    if shared:          # sibling maps stored with ':' run in this loop (ir.placement)
+        map_elements(g, [m for m, _ in shared], inner, [s for _, s in shared], d, b)
     close_loop(frame, inner, b, lo, hi, f"{a.var} in {a.dim}")
     return outs[0] if len(outs) == 1 else Multi(outs)
 

@@ -8,6 +8,7 @@ element straight to its block; a held map array is copied out block by block.
 from __future__ import annotations
 
 from blockbuster.errors import BackendError
+from blockbuster.ir.placement import shared_loops
 from blockbuster.ir.program import Store
 
 from .elementwise import materialize, write
@@ -19,8 +20,20 @@ def emit_stores(g, stores, frame: Frame) -> None:
     """Every store of the kernel, in order; maps over one variable stored with ``:``
     share one loop (what their elements share is loaded once per index)."""
     sinks = [direct_sink(g, s, frame) for s in stores]
+    # A map sharing a sibling reduction's loop is written by that loop (emit_reduce).
+    shared = shared_loops(g.kernel)
+    for store, sink in zip(stores, sinks):
+        partner = shared.get(store.value)
+        if partner is not None:
+            if sink is None:
+                raise BackendError(f"numba: store to {store.array} shares a loop but "
+                                   f"has no direct destination")
+            store_comment(store, frame)
+            g.shared_maps.setdefault(partner, []).append((store.value, sink))
     groups: dict = {}
     for i, (store, sink) in enumerate(zip(stores, sinks)):
+        if store.value in shared:
+            continue
         key = (store.value.attr.var, store.value.attr.dim) if sink else ("", i)
         groups.setdefault(key, []).append(i)
     for group in groups.values():
