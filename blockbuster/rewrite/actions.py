@@ -87,11 +87,26 @@ def _loads(kernel) -> tuple:
     return hit
 
 
+def _peelable(program: Program, array: str) -> bool:
+    """Whether each ':' subscript of ``array``'s store has its ``map`` at the top of
+    the value, in order (a held row ``sum(k: map(n: ...))`` does not: its elements
+    are not an expression of the load's subscripts)."""
+    kernel = program.producer(array)
+    store = next(s for s in kernel.stores if s.array == array)
+    value = store.value
+    for sub in store.index:
+        if sub is None:
+            if value.op != "map":
+                return False
+            value = value.args[0]
+    return True
+
+
 def find_inline(program: Program) -> Iterator[Application]:
     produced = {a for k in program.kernels for a in k.writes()}
     for kernel in program.kernels:
         for node in _loads(kernel):
-            if node.attr.array in produced:
+            if node.attr.array in produced and _peelable(program, node.attr.array):
                 yield _inline_application(program, kernel, node)
 
 
