@@ -79,8 +79,9 @@ def shared_loops(kernel) -> dict:
     level deep, stored with one ``:`` and used nowhere else; the reduce runs over the
     whole of the same dimension with the same variable; both are computed at the
     kernel's level (their free variables are exactly the kernel's loop variables) and
-    the reduce sits in another store's value outside every ``reduce``/``map``; and
-    neither contains the other. The cost model counts with this rule and the Numba
+    the reduce sits in another store's value outside every ``reduce``/``map``;
+    neither contains the other; and the map reads no kernel-level reduction (whose
+    value is only final after its own loop). The cost model counts with this rule and the Numba
     generator emits with it (the map's elements inside the reduce's loop)."""
     loop_vars = frozenset(kernel.loop_vars)
     candidates = []              # (store position, reduce) at kernel level
@@ -114,6 +115,11 @@ def shared_loops(kernel) -> dict:
                 or sum(ix is None for ix in store.index) != 1 or m.free_vars != loop_vars):
             continue
         inside = set(m.walk())
+        if any(n.op == "reduce" and n.free_vars <= loop_vars for n in inside):
+            # The map needs a kernel-level reduction's final value: its elements
+            # cannot be written inside another reduction's loop (they would run
+            # before that value exists; found by tests/fuzz/test_nonfinite.py).
+            continue
         for rpos, r in candidates:
             if (rpos != pos and r.attr.var == m.attr.var and r.attr.dim == m.attr.dim
                     and r not in inside and m not in set(r.walk())):
