@@ -323,6 +323,9 @@ def _kind(tiled: tuple, full: tuple) -> str:
     raise TensorError(f"cannot broadcast blocks over axes {tiled} against {full}")
 
 
+_BY_INVERSE = {"sub": ("add", "neg"), "div": ("mul", "recip")}
+
+
 def _vector_op(op: str, args: list, kinds: list) -> Expr:
     """``op`` of a block and a per-row/per-column vector via the broadcast operators."""
     (a, ka), (b, kb) = zip(args, kinds)
@@ -330,18 +333,12 @@ def _vector_op(op: str, args: list, kinds: list) -> Expr:
         return E.call(op, a, b)
     vec_first = ka != "full"
     vec, vk, blk = (a, ka, b) if vec_first else (b, kb, a)
-    if op == "sub":
+    if op in _BY_INVERSE:      # a - b = a + (-b), a / b = a · (1/b): negate the right side
+        op, inverse = _BY_INVERSE[op]
         if vec_first:
-            blk = E.call("neg", blk)
+            blk = E.call(inverse, blk)
         else:
-            vec = E.call("neg", vec)
-        op = "add"
-    elif op == "div":
-        if vec_first:
-            blk = E.call("recip", blk)
-        else:
-            vec = E.call("recip", vec)
-        op = "mul"
+            vec = E.call(inverse, vec)
     if vk == "scalar":
         return E.call(op, vec, blk)
     table = _ROW if vk == "row" else _COL
