@@ -31,25 +31,23 @@ def parse_assignments(items: Sequence[str] | None, flag: str) -> dict[str, int]:
     return out
 
 
-def seed_arg(text: str) -> int:
-    """argparse type of ``--seed``: NumPy seeds are non-negative integers."""
+def _int_at_least(text: str, low: int, wrong: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seed is a non-negative integer, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{wrong}, got {value}")
     return value
+
+
+def seed_arg(text: str) -> int:
+    """argparse type of ``--seed``: NumPy seeds are non-negative integers."""
+    return _int_at_least(text, 0, "a seed is a non-negative integer")
 
 
 def positive_int_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+    return _int_at_least(text, 1, "must be a positive integer")
 
 
 def seconds_arg(text: str) -> float:
