@@ -121,7 +121,7 @@ def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
     """``kernel`` named ``name``, with each array ``a`` renamed ``arrays.get(a, a)``."""
     canon, order, _named = _canonical(kernel)
     targets = tuple(arrays.get(a, a) for a in order)
-    key = (canon, targets)
+    key = (canon, targets, name)
     hit = _RENAMED_KERNELS.get(key)
     if hit is None:
         back = {f"a{i}": t for i, t in enumerate(targets)}
@@ -130,7 +130,7 @@ def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
                                     value=_rename_loads(s.value, back, memo))
                        for s in canon.stores)
         hit = _bounded_put(_RENAMED_KERNELS, key, Kernel(name, canon.loops, stores))
-    return hit if hit.name == name else attrs.evolve(hit, name=name)
+    return hit
 
 
 # (dims, arrays) -> a number never reused: an exact memo key ``(kernel, number)`` is

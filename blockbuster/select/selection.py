@@ -31,7 +31,7 @@ from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Kernel, Program
 from ..rewrite.engine import Budget, Engine, FusionResult, Limits, RuleError
-from .extract import (canonical, connected, feeds, last_reads, rename, segment_program,
+from .extract import (Segments, canonical, connected, feeds, rename, segment_program,
                       sub_program)
 
 # How many consecutive kernels a seed candidate may hold: a bound on the search (the
@@ -162,12 +162,12 @@ class Selector:
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
                  if j - i == 1 or connected(program, i, j)]
         best: list[float] = [0.0] + [math.inf] * n
-        reads = last_reads(program)
+        segment = Segments(program)
         choice: list[tuple | None] = [None] * (n + 1)
         bar = _progress(len(spans), self.progress)
         for i, j in spans:           # ordered by j: best[i] is final when j is reached
             bar.update(1)
-            info, back = self._fuse(segment_program(program, i, j, reads))
+            info, back = self._fuse(segment(i, j))
             price = info.price
             if not info.keeps:
                 if j - i > 1:
