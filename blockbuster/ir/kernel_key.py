@@ -27,6 +27,8 @@ _RENAMINGS_LIMIT = 256
 _CANONICAL: dict[Kernel, tuple] = {}
 # program -> (dim map, array map): asked once per kernel of a program
 _MAPS: dict[Program, tuple[dict, dict]] = {}
+# name-free kernel -> the one object standing for it
+_INTERNED: dict[Kernel, Kernel] = {}
 # renaming (original -> canonical array names) -> its map_expr memo
 _RENAMED: dict[tuple, dict] = {}
 
@@ -64,8 +66,12 @@ def _canonical(kernel: Kernel) -> tuple:
 
     stores = tuple(attrs.evolve(s, array=order[s.array], value=_rename_loads(s.value, order, memo))
                    for s in kernel.stores)
-    return _bounded_put(_CANONICAL, kernel,
-                        (Kernel("k", kernel.loops, stores), tuple(order), frozenset(dims)))
+    canon = Kernel("k", kernel.loops, stores)
+    # One object per name-free kernel: the memos keyed by it (costs, verdicts,
+    # renamings) then hit by identity, not by comparing two equal kernels store by
+    # store (the same kernel of two identical layers).
+    canon = _INTERNED.get(canon) or _bounded_put(_INTERNED, canon, canon)
+    return _bounded_put(_CANONICAL, kernel, (canon, tuple(order), frozenset(dims)))
 
 
 def _rename_loads(root: Expr, names: dict, memo: dict) -> Expr:
@@ -93,7 +99,7 @@ def _rename_loads(root: Expr, names: dict, memo: dict) -> Expr:
 def _maps(program: Program) -> tuple[dict, dict]:
     hit = _MAPS.get(program)
     if hit is None:
-        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map), 64)
+        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map), 1024)
     return hit
 
 
