@@ -153,6 +153,12 @@ def declarations_id(program: Program) -> int:
     return hit
 
 
+def array_order(kernel: Kernel) -> tuple[str, ...]:
+    """The arrays a kernel stores and loads, in order of first use (stores first,
+    then loads children first), memoised."""
+    return _canonical(kernel)[1]
+
+
 def named_dims(kernel: Kernel) -> frozenset[str]:
     """The dimensions a kernel names itself (``ir.program.dims_named_by``), memoised."""
     return _canonical(kernel)[2]

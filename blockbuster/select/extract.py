@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir.expr import Expr, LoadAttr
-from ..ir.kernel_key import named_dims, rename_kernel
+from ..ir.kernel_key import array_order, named_dims, rename_kernel
 from ..ir.program import Kernel, Program
 from ..ir.types import GlobalArray
 from ..ir.walk import map_expr
@@ -153,15 +153,27 @@ def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) ->
 def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]]:
     """A renaming that makes structurally identical programs (e.g. the same part of two
     layers with their own weights) equal; returns it with the two inverse maps."""
-    arrays = {a.name: f"a{i}" for i, a in enumerate(program.arrays)}
+    # Inputs are numbered in order of first use, not of declaration: the input that
+    # carries the activations into a layer is declared first in the first layer
+    # (the program's input) and after the weights in the others (the previous
+    # layer's output), and the same part of two layers must name it alike.
+    first: dict[str, int] = {}
+    for k in program.kernels:
+        for a in array_order(k):
+            first.setdefault(a, len(first))
+    inputs = set(program.inputs)
+    order = ([a for a in sorted(program.inputs, key=lambda n: first.get(n, len(first)))]
+             + [a.name for a in program.arrays if a.name not in inputs])
+    decl = program.array_map
+    arrays = {n: f"a{i}" for i, n in enumerate(order)}
     kernels = {k.name: f"k{i}" for i, k in enumerate(program.kernels)}
     # ``rename``, kernel by kernel through the name-free kernel memo: a kernel met
     # before under other names (another candidate, another layer) costs a lookup.
     canon = Program(
         "candidate", program.dims,
-        tuple(GlobalArray(arrays[a.name], a.dims) for a in program.arrays),
-        tuple(arrays.get(n, n) for n in program.inputs),
+        tuple(GlobalArray(arrays[n], decl[n].dims) for n in order),
+        tuple(arrays[n] for n in order if n in inputs),
         tuple(arrays.get(n, n) for n in program.outputs),
         tuple(rename_kernel(k, arrays, kernels[k.name]) for k in program.kernels),
-        tuple(arrays.get(n, n) for n in program.weights), program.params)
+        tuple(arrays[n] for n in order if n in set(program.weights)), program.params)
     return canon, {v: k for k, v in arrays.items()}, {v: k for k, v in kernels.items()}
