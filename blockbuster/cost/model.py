@@ -199,14 +199,27 @@ def cost(program: Program, hardware: Hardware) -> Cost:
     """Price a (verified) program on ``hardware`` (the public door with a default is
     ``blockbuster.cost``)."""
     hw = _required(hardware)
-    sums = _shared_sums()   # kernels (of one program, of every step) share loop nests
-    decls = declarations_id(program)
-    per_kernel = [_cached_kernel_cost(k, program, hw, sums, decls) for k in program.kernels]
-    per_kernel = [attrs.evolve(c, weight_prep=True) if _is_weight_prep(k, program) else c
-                  for k, c in zip(program.kernels, per_kernel)]
-    compulsory = sum(math.prod(program.shape(a))
-                     for a in program.inputs + program.outputs) * hw.element_bytes
-    return Cost(program.name, hw, per_kernel, compulsory)
+    key = (program, hw)
+    hit = _PROGRAM_COSTS.get(key)
+    if hit is None:
+        sums = _shared_sums()   # kernels (of one program, of every step) share loop nests
+        decls = declarations_id(program)
+        per_kernel = [_cached_kernel_cost(k, program, hw, sums, decls)
+                      for k in program.kernels]
+        per_kernel = [attrs.evolve(c, weight_prep=True) if _is_weight_prep(k, program) else c
+                      for k, c in zip(program.kernels, per_kernel)]
+        compulsory = sum(math.prod(program.shape(a))
+                         for a in program.inputs + program.outputs) * hw.element_bytes
+        if len(_PROGRAM_COSTS) >= _PROGRAM_COSTS_LIMIT:
+            _PROGRAM_COSTS.clear()
+        hit = _PROGRAM_COSTS[key] = (tuple(per_kernel), compulsory)
+    return Cost(program.name, hw, list(hit[0]), hit[1])
+
+
+# The pricing guards ask for the same program's cost again and again (every action
+# application a phase tries is compared with the program as it stands).
+_PROGRAM_COSTS: dict = {}
+_PROGRAM_COSTS_LIMIT = 1024
 
 
 # Fusion prices many programs that share most kernels (every rewrite step changes one
@@ -339,11 +352,17 @@ class _KernelCounter:
         self._first_shape: dict[Expr, object] = {}        # for the footprint
         self._scopes: dict[Chain, dict[str, int]] = {}
         self._binders: dict[Chain, tuple[Binder, ...]] = {}
+        # One object per distinct chain (and memoised placements and loop entries):
+        # the memos above are keyed by chains, and a key that is the very object
+        # stored compares by identity instead of frame by frame.
+        self._chains: dict[Chain, Chain] = {}
+        self._placed: dict[tuple, Chain] = {}
+        self._entered: dict[tuple, Chain] = {}
         self._array_names = itertools.count()
         self._shared = shared_loops(kernel)    # map -> the reduce whose loop it shares
 
-        top = tuple(_Frame(v, Loop(f"_{d}", self.dims[dim]))
-                    for d, (v, dim) in enumerate(kernel.loops))
+        top = self._intern(tuple(_Frame(v, Loop(f"_{d}", self.dims[dim]))
+                                 for d, (v, dim) in enumerate(kernel.loops)))
         self.nk = len(top)
         for store in kernel.stores:
             for node in store.value.walk():   # children first: keeps free_vars shallow
@@ -364,15 +383,26 @@ class _KernelCounter:
             scope = self._scopes[chain] = {f.var: d for d, f in enumerate(chain)}
         return scope
 
+    def _intern(self, chain: Chain) -> Chain:
+        return self._chains.setdefault(chain, chain)
+
     def _place(self, node: Expr, ctx: Chain) -> Chain:
         """The prefix of ``ctx`` a node runs in (the shared placement rule): down to
         the innermost loop it uses, and never outside its kernel instance."""
-        if not node.free_vars:
-            return ctx[:self.nk]
-        binders = self._binders.get(ctx)
-        if binders is None:
-            binders = self._binders[ctx] = tuple(Binder(f.var, f.iterates) for f in ctx)
-        return ctx[:place(node.free_vars, binders, floor=self.nk)]
+        free = node.free_vars
+        key = (ctx, free)
+        hit = self._placed.get(key)
+        if hit is None:
+            if not free:
+                hit = ctx[:self.nk]
+            else:
+                binders = self._binders.get(ctx)
+                if binders is None:
+                    binders = self._binders[ctx] = tuple(Binder(f.var, f.iterates)
+                                                         for f in ctx)
+                hit = ctx[:place(free, binders, floor=self.nk)]
+            hit = self._placed[key] = self._intern(hit)
+        return hit
 
     def _rename(self, ix: Idx | None, chain: Chain) -> Idx | None:
         if ix is None:
@@ -466,12 +496,21 @@ class _KernelCounter:
 
     def _enter(self, node: Expr, at: Chain, dim: str, lo=None, hi=None) -> Chain:
         """``at`` plus the loop that ``node`` (a reduce or map) binds."""
+        key = (node, at, dim, lo, hi)
+        hit = self._entered.get(key)
+        if hit is not None:
+            return hit
         partner = self._shared.get(node) if node.op == "map" else None
         if partner is not None:          # one loop with that reduce: the same frame
-            return self._enter(partner, at, dim)
-        loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at), self._rename(hi, at))
-        return at + (_Frame(node.attr.var, loop, node if node.op == "reduce" else None,
-                            binds_loop(node, self.dims[dim])),)
+            hit = self._enter(partner, at, dim)
+        else:
+            loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at),
+                        self._rename(hi, at))
+            hit = self._intern(at + (_Frame(node.attr.var, loop,
+                                            node if node.op == "reduce" else None,
+                                            binds_loop(node, self.dims[dim])),))
+        self._entered[key] = hit
+        return hit
 
     def _map(self, node: Expr, at: Chain):
         inner = self._binder_context(node, at)

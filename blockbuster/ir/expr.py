@@ -109,11 +109,20 @@ class Expr:
     def free_vars(self) -> frozenset[str]:
         """Block-index variables this value depends on (bound ones excluded)."""
         if self._free is None:
-            # Children first, without recursion: expressions can be very deep.
-            for node in _postorder(self):    # a new node: not worth a cached order
+            # Children first, without recursion (expressions can be very deep), and
+            # only below nodes not known yet: a rewrite's new node mostly sits on
+            # old subtrees whose answers are cached.
+            stack = [self]
+            while stack:
+                node = stack[-1]
+                missing = [a for a in node.args if a._free is None]
+                if missing:
+                    stack.extend(missing)
+                    continue
+                stack.pop()
                 if node._free is None:
                     object.__setattr__(node, "_free",
-                                       free_vars_of(node, (a.free_vars for a in node.args)))
+                                       free_vars_of(node, (a._free for a in node.args)))
         return self._free
 
     def walk(self) -> Iterator["Expr"]:
@@ -130,7 +139,7 @@ class Expr:
 # Fusion walks the same kernel bodies over and over (matching, dataflow, limits,
 # verification, pricing): each distinct root's node order is computed once.
 _WALKS: dict = {}
-_WALKS_LIMIT = 4096
+_WALKS_LIMIT = 32768
 
 
 def _postorder(root: Expr) -> tuple:

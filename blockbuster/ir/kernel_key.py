@@ -27,6 +27,8 @@ _RENAMINGS_LIMIT = 256
 _CANONICAL: dict[Kernel, tuple] = {}
 # program -> (dim map, array map): asked once per kernel of a program
 _MAPS: dict[Program, tuple[dict, dict]] = {}
+# name-free kernel -> the one object standing for it
+_INTERNED: dict[Kernel, Kernel] = {}
 # renaming (original -> canonical array names) -> its map_expr memo
 _RENAMED: dict[tuple, dict] = {}
 
@@ -64,8 +66,12 @@ def _canonical(kernel: Kernel) -> tuple:
 
     stores = tuple(attrs.evolve(s, array=order[s.array], value=_rename_loads(s.value, order, memo))
                    for s in kernel.stores)
-    return _bounded_put(_CANONICAL, kernel,
-                        (Kernel("k", kernel.loops, stores), tuple(order), frozenset(dims)))
+    canon = Kernel("k", kernel.loops, stores)
+    # One object per name-free kernel: the memos keyed by it (costs, verdicts,
+    # renamings) then hit by identity, not by comparing two equal kernels store by
+    # store (the same kernel of two identical layers).
+    canon = _INTERNED.get(canon) or _bounded_put(_INTERNED, canon, canon)
+    return _bounded_put(_CANONICAL, kernel, (canon, tuple(order), frozenset(dims)))
 
 
 def _rename_loads(root: Expr, names: dict, memo: dict) -> Expr:
@@ -93,7 +99,7 @@ def _rename_loads(root: Expr, names: dict, memo: dict) -> Expr:
 def _maps(program: Program) -> tuple[dict, dict]:
     hit = _MAPS.get(program)
     if hit is None:
-        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map), 64)
+        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map), 1024)
     return hit
 
 
@@ -121,7 +127,7 @@ def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
     """``kernel`` named ``name``, with each array ``a`` renamed ``arrays.get(a, a)``."""
     canon, order, _named = _canonical(kernel)
     targets = tuple(arrays.get(a, a) for a in order)
-    key = (canon, targets)
+    key = (canon, targets, name)
     hit = _RENAMED_KERNELS.get(key)
     if hit is None:
         back = {f"a{i}": t for i, t in enumerate(targets)}
@@ -130,7 +136,7 @@ def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
                                     value=_rename_loads(s.value, back, memo))
                        for s in canon.stores)
         hit = _bounded_put(_RENAMED_KERNELS, key, Kernel(name, canon.loops, stores))
-    return hit if hit.name == name else attrs.evolve(hit, name=name)
+    return hit
 
 
 # (dims, arrays) -> a number never reused: an exact memo key ``(kernel, number)`` is
@@ -145,6 +151,12 @@ def declarations_id(program: Program) -> int:
     if hit is None:
         hit = _bounded_put(_DECL_IDS, key, next(_NEXT_DECL_ID), 4096)
     return hit
+
+
+def array_order(kernel: Kernel) -> tuple[str, ...]:
+    """The arrays a kernel stores and loads, in order of first use (stores first,
+    then loads children first), memoised."""
+    return _canonical(kernel)[1]
 
 
 def named_dims(kernel: Kernel) -> frozenset[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir.expr import Expr, LoadAttr
-from ..ir.kernel_key import named_dims
+from ..ir.kernel_key import array_order, named_dims, rename_kernel
 from ..ir.program import Kernel, Program
 from ..ir.types import GlobalArray
 from ..ir.walk import map_expr
@@ -29,6 +29,41 @@ def segment_program(program: Program, start: int, stop: int,
     return sub_program(program, kernels, (), f"{program.name}[{start}:{stop}]",
                        later={a for k in kernels for a in k.writes()
                               if last_reads.get(a, -1) >= stop})
+
+
+class Segments:
+    """``segment_program(program, start, stop)`` for many segments of one large
+    program: its declarations are indexed once, so a segment costs its own kernels,
+    not a scan of every array the program declares."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.reads = last_reads(program)
+        self.arrays = program.array_map
+        self.position = {a.name: i for i, a in enumerate(program.arrays)}
+        self.weights = set(program.weights)
+        self.outputs = set(program.outputs)
+
+    def __call__(self, start: int, stop: int) -> Program:
+        program = self.program
+        kernels = program.kernels[start:stop]
+        written = [a for k in kernels for a in k.writes()]
+        wset = set(written)
+        read = set().union(*(k.reads() for k in kernels))
+        # The order ``sub_program`` gives: the program's declaration order.
+        inputs = sorted((a for a in read if a not in wset and a in self.position),
+                        key=self.position.__getitem__)
+        outputs = [a for a in written
+                   if self.reads.get(a, -1) >= stop or a in self.outputs]
+        others = [a for a in written if a not in outputs]
+        arrays = self.arrays
+        used_dims = {d for n in inputs + written for d in arrays[n].dims}.union(
+            *(named_dims(k) for k in kernels))
+        return Program(f"{program.name}[{start}:{stop}]",
+                       tuple(d for d in program.dims if d.name in used_dims),
+                       tuple(arrays[n] for n in inputs + outputs + others),
+                       tuple(inputs), tuple(outputs), tuple(kernels),
+                       tuple(a for a in inputs if a in self.weights))
 
 
 def last_reads(program: Program) -> dict[str, int]:
@@ -118,7 +153,27 @@ def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) ->
 def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]]:
     """A renaming that makes structurally identical programs (e.g. the same part of two
     layers with their own weights) equal; returns it with the two inverse maps."""
-    arrays = {a.name: f"a{i}" for i, a in enumerate(program.arrays)}
+    # Inputs are numbered in order of first use, not of declaration: the input that
+    # carries the activations into a layer is declared first in the first layer
+    # (the program's input) and after the weights in the others (the previous
+    # layer's output), and the same part of two layers must name it alike.
+    first: dict[str, int] = {}
+    for k in program.kernels:
+        for a in array_order(k):
+            first.setdefault(a, len(first))
+    inputs = set(program.inputs)
+    order = ([a for a in sorted(program.inputs, key=lambda n: first.get(n, len(first)))]
+             + [a.name for a in program.arrays if a.name not in inputs])
+    decl = program.array_map
+    arrays = {n: f"a{i}" for i, n in enumerate(order)}
     kernels = {k.name: f"k{i}" for i, k in enumerate(program.kernels)}
-    canon = rename(program, arrays, kernels).evolve(name="candidate")
+    # ``rename``, kernel by kernel through the name-free kernel memo: a kernel met
+    # before under other names (another candidate, another layer) costs a lookup.
+    canon = Program(
+        "candidate", program.dims,
+        tuple(GlobalArray(arrays[n], decl[n].dims) for n in order),
+        tuple(arrays[n] for n in order if n in inputs),
+        tuple(arrays.get(n, n) for n in program.outputs),
+        tuple(rename_kernel(k, arrays, kernels[k.name]) for k in program.kernels),
+        tuple(arrays[n] for n in order if n in set(program.weights)), program.params)
     return canon, {v: k for k, v in arrays.items()}, {v: k for k, v in kernels.items()}

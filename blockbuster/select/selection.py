@@ -31,8 +31,7 @@ from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Kernel, Program
 from ..rewrite.engine import Budget, Engine, FusionResult, Limits, RuleError
-from .extract import (canonical, connected, feeds, last_reads, rename, segment_program,
-                      sub_program)
+from .extract import Segments, canonical, connected, feeds, rename, sub_program
 
 # How many consecutive kernels a seed candidate may hold: a bound on the search (the
 # seeds are O(window × kernels) engine runs), not on the pieces, which grow by cost.
@@ -150,7 +149,8 @@ class Selector:
         if self.grow:
             parts = self._grow(program, parts)
         fused = _assemble(program, parts)
-        pieces = tuple(_piece(program, fused, part) for part in parts)
+        readers = _readers(fused.kernels)
+        pieces = tuple(_piece(program, fused, part, readers) for part in parts)
         return FusionResult(fused, tuple(s for part in parts for s in part.steps),
                             self.budget.exhausted
                             or _worst_stop(part.stop_reason for part in parts),
@@ -162,12 +162,17 @@ class Selector:
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
                  if j - i == 1 or connected(program, i, j)]
         best: list[float] = [0.0] + [math.inf] * n
-        reads = last_reads(program)
+        segment = Segments(program)
         choice: list[tuple | None] = [None] * (n + 1)
         bar = _progress(len(spans), self.progress)
         for i, j in spans:           # ordered by j: best[i] is final when j is reached
             bar.update(1)
-            info, back = self._fuse(segment_program(program, i, j, reads))
+            if j - i > 1 and self.budget.check():
+                # The whole fusion's steps or seconds are spent: the rest of the
+                # program is covered by its kernels alone, without pricing (or even
+                # naming) each remaining candidate, so the limits bound the wall time.
+                continue
+            info, back = self._fuse(segment(i, j))
             price = info.price
             if not info.keeps:
                 if j - i > 1:
@@ -181,12 +186,13 @@ class Selector:
                 choice[j] = (i, info, back)
         bar.close()
         parts = []
+        names = _names(program)
         j = n
         while j > 0:
             i, info, back = choice[j]
-            fused = (segment_program(program, i, j) if info is _UNFUSED
+            fused = (segment(i, j) if info is _UNFUSED
                      else rename(info.program, *back))
-            parts.append(self._part(i, j, _fresh_names(fused, _names(program), f"_{i}"),
+            parts.append(self._part(i, j, _fresh_names(fused, names, f"_{i}"),
                                     info.rules, info.steps, info.stop_reason))
             j = i
         parts.reverse()
@@ -222,6 +228,8 @@ class Selector:
 
     def _merge(self, program: Program, parts: list[_Part], k: int) -> _Part | None:
         a, b = parts[k], parts[k + 1]
+        if self.budget is not None and self.budget.check():
+            return None              # the limits are spent: the pieces stay as they are
         if not feeds(a.call, b.call):
             return None
         decls = _declarations(program, parts)
@@ -313,13 +321,26 @@ def _assemble(program: Program, parts: list[_Part]) -> Program:
                           arrays=tuple(a for a in decls.arrays if a.name in live))
 
 
-def _piece(program: Program, fused: Program, part: _Part) -> Piece:
+def _readers(kernels) -> dict[str, int]:
+    """Array -> how many of ``kernels`` read it."""
+    counts: dict[str, int] = {}
+    for k in kernels:
+        for a in k.reads():
+            counts[a] = counts.get(a, 0) + 1
+    return counts
+
+
+def _piece(program: Program, fused: Program, part: _Part, readers: dict[str, int]) -> Piece:
     mine = {k.name for k in part.prep + part.call}
     kernels = [k for k in fused.kernels if k.name in mine]
-    rest = [k for k in fused.kernels if k.name not in mine]
+    # What the rest of the program reads: an array some kernel outside reads (counted
+    # once for the whole program, not by scanning the rest for every piece).
+    inside = _readers(kernels)
+    later = {a for k in kernels for a in k.writes() if readers.get(a, 0) > inside.get(a, 0)}
     return Piece(part.start, part.stop,
                  tuple(k.name for k in program.kernels[part.start:part.stop]),
-                 sub_program(fused, kernels, rest, f"{program.name}[{part.start}:{part.stop}]"),
+                 sub_program(fused, kernels, (), f"{program.name}[{part.start}:{part.stop}]",
+                             later=later),
                  part.rules, part.price)
 
 

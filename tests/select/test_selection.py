@@ -136,3 +136,22 @@ def test_a_stack_fuses_to_the_same_kernels_per_layer_as_one_layer(request, one_l
     assert stack.stop_reason == "saturated"
     if layers == 32:
         assert new_fusions == 0
+
+
+def test_a_spent_budget_prices_no_further_candidate(monkeypatch):
+    # Once the whole fusion's limits are spent, the remaining candidates are neither
+    # fused nor priced (the limits bound the wall time): only single kernels, which
+    # cover the rest unfused, are priced.
+    import blockbuster.select.selection as selection
+    from blockbuster.rewrite.engine import Budget, Limits
+    priced = []
+    real_cost = selection.cost
+    monkeypatch.setattr(selection, "cost",
+                        lambda p, hw: priced.append(len(p.kernels)) or real_cost(p, hw))
+    program = bb.workload("llama_block", layers=2, **SIZES)
+    fresh = Selector(default_rules(), bb.cost.DEFAULT_HARDWARE, progress=False)
+    result = fresh.select(program, Budget(Limits(max_seconds=1e-9)))
+    assert result.stop_reason == "time_limit" and fresh.fusions == 0
+    assert len(result.program.kernels) == len(program.kernels)
+    singles = [n for n in priced if n == 1]
+    assert len(singles) >= len(program.kernels) and len(priced) - len(singles) <= 1
