@@ -1,0 +1,97 @@
+"""Tunables for what the entry points build: built-in workloads, programs derived
+from them (``blockbuster.workload`` / ``blockbuster.fuse``), imported graphs.
+
+Only dimensions whose block is free are tuned: a built-in workload's own dimensions
+(not the head dimensions it derives, whose blocks are heads), minus those the user
+set; an imported graph's tiled dimensions that are not split into heads. A program
+read from a file is compiled with the blocks it states (nothing says which of its
+blocks are free to change).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import attrs
+
+from ..ir.printer import format_program
+from ..ir.program import Program
+from .cache import rules_digest
+from .tuner import Tunable
+
+
+def fuser(rules=None, hardware=None, limits=None) -> Callable[[Program], Program]:
+    """Unfused -> fused, through the on-disk fusion cache unless ``limits`` are set
+    (the cache keys only the rules and the hardware)."""
+    if limits is not None:
+        def fuse(program: Program) -> Program:
+            from ..dsl.loader import default_rules
+            from ..select.selection import fuse_program
+            return fuse_program(program, rules or default_rules(), limits=limits,
+                                hardware=hardware, progress=False).program
+        return fuse
+
+    def fuse(program: Program) -> Program:
+        from ..fusion_cache import cached_fuse
+        return cached_fuse(program, rules, hardware)
+    return fuse
+
+
+def free_dims(program: Program, names, given: dict) -> dict[str, int]:
+    """Sizes of the dimensions of ``names`` that are tiled and not set by the user."""
+    return {d.name: d.size for d in program.dims
+            if d.name in names and d.name not in given and not d.point}
+
+
+def workload_tunable(name: str, sizes: dict, given: dict,
+                     finish: Callable[[Program], Program] | None = None) -> Tunable:
+    """Tune a built-in workload's free dimensions; ``finish`` turns the unfused
+    program into the one compiled (default: none, the unfused program)."""
+    from ..frontend.workloads import WORKLOADS, workload
+    finish = finish or (lambda p: p)
+    base = workload(name, blocks=given, **sizes)
+    tuned = free_dims(base, WORKLOADS[name].dims, given)
+    initial = {d: base.dim(d).block for d in tuned}
+
+    def derive(blocks: dict) -> Program:
+        return finish(workload(name, blocks={**given, **blocks}, **sizes))
+    return Tunable(name, format_program(base), tuned, initial, derive)
+
+
+def with_rules(tunable: Tunable, rules) -> Tunable:
+    return attrs.evolve(tunable, rules=rules_digest(rules))
+
+
+# --- what the public API remembers about the programs it made ---------------------------
+
+#: Program -> (how to rebuild it with other blocks of the free dimensions, those
+#: dimensions' sizes). Filled by ``blockbuster.workload`` and ``blockbuster.fuse``;
+#: weak, so a program nobody holds is forgotten.
+_ORIGINS: "weakref.WeakKeyDictionary[Program, Tunable]" = weakref.WeakKeyDictionary()
+
+
+def remember(program: Program, tunable: Tunable) -> Program:
+    try:
+        _ORIGINS[program] = tunable
+    except TypeError:
+        pass
+    return program
+
+
+def origin(program: Program) -> Tunable | None:
+    """How ``program`` was made, if the public API made it (else None)."""
+    try:
+        return _ORIGINS.get(program)
+    except TypeError:
+        return None
+
+
+def fused_origin(tunable: Tunable, finish: Callable[[Program], Program], rules,
+                 hardware) -> Tunable:
+    """The tunable of ``finish(tunable's program)``: each assignment fused again
+    (for ``hardware``, part of the key with the rules)."""
+    derive = tunable.derive
+    return attrs.evolve(tunable, derive=lambda blocks: finish(derive(blocks)),
+                        structure=f"fused for {hardware!r}\n" + tunable.structure,
+                        rules=rules_digest(rules))
