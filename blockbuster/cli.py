@@ -105,6 +105,15 @@ def add_run(sub) -> None:
     p.add_argument("--emit-source", metavar="FILE", nargs="?", const="-",
                    help="print (or write to FILE) the source the backend generated for "
                         "the fused program")
+    p.add_argument("--tune", choices=("measure", "model", "off"), default=None,
+                   help="how block sizes are chosen when no --block is given: measure "
+                        "(the cost model's best few are compiled and timed; the default), "
+                        "model (the cost model alone) or off (the workload's defaults); "
+                        "default $BLOCKBUSTER_TUNE, else measure. Choices are cached in "
+                        "$BLOCKBUSTER_CACHE/tuning")
+    p.add_argument("--tune-seconds", type=seconds_arg, metavar="S", default=None,
+                   help="measurement budget: no new candidate is started after S seconds "
+                        "(default $BLOCKBUSTER_TUNE_SECONDS, else 30)")
     p.set_defaults(func=cmd_run)
 
 
@@ -201,6 +210,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output_path(args.emit_source, allowed=(".py",), flag="--emit-source")
     sizes = parse_assignments(args.size, "--size")
     blocks = parse_assignments(args.block, "--block")
+    from .tuning import resolve_mode
+    tune = resolve_mode(args.tune, "measure")   # a bad $BLOCKBUSTER_TUNE fails now
     rules, limits = load_rule_args(args)
     backend = chosen_backend(args)      # a typo fails before any work is done
     if args.rules and not args.trust_rules:
@@ -242,7 +253,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                           inputs_file=args.inputs,
                           backend=backend, seed=args.seed, rules=rules, limits=limits,
                           on_fused=on_fused, progress=False if args.json else None,
-                          on_compiled=on_compiled)
+                          on_compiled=on_compiled, tune=tune,
+                          tune_budget=args.tune_seconds)
     if checked is not None:
         report["verified_steps"] = checked
     if args.json:

@@ -45,13 +45,19 @@ def free_dims(program: Program, names, given: dict) -> dict[str, int]:
 
 
 def workload_tunable(name: str, sizes: dict, given: dict,
-                     finish: Callable[[Program], Program] | None = None) -> Tunable:
+                     finish: Callable[[Program], Program] | None = None,
+                     base: Program | None = None) -> Tunable:
     """Tune a built-in workload's free dimensions; ``finish`` turns the unfused
-    program into the one compiled (default: none, the unfused program)."""
+    program into the one compiled (default: none, the unfused program); ``base``:
+    the workload already built at ``sizes`` and ``given`` blocks.
+
+    A block set by the user turns tuning off for the whole program (the others keep
+    their defaults): hand-set blocks are an experiment, and an experiment is
+    reproduced exactly."""
     from ..frontend.workloads import WORKLOADS, workload
     finish = finish or (lambda p: p)
-    base = workload(name, blocks=given, **sizes)
-    tuned = free_dims(base, WORKLOADS[name].dims, given)
+    base = base if base is not None else workload(name, blocks=given, **sizes)
+    tuned = {} if given else free_dims(base, WORKLOADS[name].dims, given)
     initial = {d: base.dim(d).block for d in tuned}
 
     def derive(blocks: dict) -> Program:

@@ -14,8 +14,14 @@ other sizes). The steps:
 2. **re-derive** the best ``FINALISTS`` distinct assignments (fusing each, through
    the fusion cache) and price them again; assignments that leave a core idle
    while another assignment keeps them all busy are dropped;
-3. **measure** (mode ``measure``): :func:`.measure.measure` times the best few and
-   the fastest wins; mode ``model`` takes the model's best.
+3. **measure** (mode ``measure``): :func:`.measure.measure` times the model's
+   favourite, the initial (default) blocks, then the model's next ones, within its
+   bound, and the fastest wins; mode ``model`` takes the model's best.
+
+When no assignment the search priced is finite (a hard local capacity the initial
+program exceeds: its re-blockings inherit its structure), the assignments with every
+dimension at its smallest, second and third smallest choice are derived and priced
+instead.
 
 The choice is cached under :func:`.cache.tuning_key`; a cached choice is used as is.
 """
@@ -144,10 +150,14 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
         return derived[k]
 
     base = derive(initial)
-    ordered = _order(_busy_enough(search(base, tunable, hardware, constraints),
-                                  hardware.cores))
+    ordered = [b for b, _ in _order(_busy_enough(search(base, tunable, hardware, constraints),
+                                                 hardware.cores))]
+    if not ordered:
+        choices = {d: dim_choices(n, hardware.cores, constraints)
+                   for d, n in tunable.sizes.items()}
+        ordered = [{d: c[min(i, len(c) - 1)] for d, c in choices.items()} for i in range(3)]
     finalists: list[tuple[dict, Modeled, Program]] = []
-    for blocks, _proxy in ordered:
+    for blocks in ordered[:FINALISTS + 3]:      # a few spare: fusion may refuse one
         if len(finalists) == FINALISTS:
             break
         try:
@@ -162,14 +172,19 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
     measured: list[float | None] = [None] * len(ranked)
     if mode == "measure":
         from ..validate import random_inputs
+        if tuple(sorted(initial.items())) not in by_key:    # the defaults, second
+            by_key[tuple(sorted(initial.items()))] = base
+            ranked.insert(1, (initial, model(base, hardware, constraints)))
+            measured.append(None)
         programs = [by_key[tuple(sorted(b.items()))] for b, _ in ranked]
         measured = measure(programs, backend.compile, lambda p: random_inputs(p, seed=0),
                            budget_seconds(budget_s), timer=timer, clock=clock)
     timed = [i for i, t in enumerate(measured) if t is not None]
     pick = min(timed, key=lambda i: measured[i]) if timed else 0
     source = "measure" if timed else "model"
-    candidates = tuple({"blocks": dict(b), "modeled_s": m.seconds, "measured_s": t}
-                       for (b, m), t in zip(ranked, measured))
+    candidates = tuple({"blocks": dict(b),
+                        "modeled_s": m.seconds if math.isfinite(m.seconds) else None,
+                        "measured_s": t} for (b, m), t in zip(ranked, measured))
     blocks = dict(ranked[pick][0])
     result = Tuned(blocks, mode, source, clock() - start, candidates,
                    by_key[tuple(sorted(blocks.items()))])
