@@ -71,26 +71,29 @@ def with_rules(tunable: Tunable, rules) -> Tunable:
 
 # --- what the public API remembers about the programs it made ---------------------------
 
-#: Program -> (how to rebuild it with other blocks of the free dimensions, those
-#: dimensions' sizes). Filled by ``blockbuster.workload`` and ``blockbuster.fuse``;
-#: weak, so a program nobody holds is forgotten.
-_ORIGINS: "weakref.WeakKeyDictionary[Program, Tunable]" = weakref.WeakKeyDictionary()
+#: id(program) -> (a weak reference to it, how to rebuild it with other blocks of its
+#: free dimensions). Filled by ``blockbuster.workload`` and ``blockbuster.fuse``. By
+#: identity, not equality: a program parsed from text or built by hand is compiled as
+#: it is, even when it equals one the API made; a program nobody holds is forgotten.
+_ORIGINS: dict[int, tuple] = {}
 
 
 def remember(program: Program, tunable: Tunable) -> Program:
+    key = id(program)
     try:
-        _ORIGINS[program] = tunable
+        ref = weakref.ref(program, lambda _r: _ORIGINS.pop(key, None))
     except TypeError:
-        pass
+        return program
+    _ORIGINS[key] = (ref, tunable)
     return program
 
 
 def origin(program: Program) -> Tunable | None:
     """How ``program`` was made, if the public API made it (else None)."""
-    try:
-        return _ORIGINS.get(program)
-    except TypeError:
+    entry = _ORIGINS.get(id(program))
+    if entry is None or entry[0]() is not program:
         return None
+    return entry[1]
 
 
 def fused_origin(tunable: Tunable, finish: Callable[[Program], Program], rules,
