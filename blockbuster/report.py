@@ -12,6 +12,8 @@ import math
 import time
 from typing import Any
 
+import attrs
+
 from .cost.hardware import Hardware
 from .ir.program import Program
 from .memcheck import check_fits_memory
@@ -159,6 +161,8 @@ def _tuning(target, subject, sizes, blocks, backend, mode, rules, limits, timer,
     finish = fuser(rules, backend.hardware, limits if custom else None)
     tunable = with_rules(workload_tunable(target, dict(sizes or {}), given, finish,
                                           base=subject.program), rules)
+    if custom:                           # other limits may fuse otherwise: another key
+        tunable = attrs.evolve(tunable, rules=f"{tunable.rules} {limits!r}")
     if not tunable.sizes:
         entry["source"] = "given"        # --block given: no tuning
         return {**entry, "_rebuild": False}
