@@ -1,8 +1,9 @@
 """The measured part of tuning: compile the best few candidates and time them.
 
-Like Triton's autotune: each candidate is compiled, run once untimed (warm-up: lazy
-work, first touch of memory), then timed up to ``repeats`` times on the same random
-inputs; its time is the best of those. The bound on the time it takes:
+Like Triton's autotune: each candidate is compiled, then timed up to ``repeats``
+times on the same random inputs; its time is the best of those (so the first call's
+first touch of memory does not count against it when it is repeated). The bound on
+the time it takes:
 
 * at most ``max_candidates`` candidates, in the order given (the tuner puts the
   model's favourite first and the default blocks second);
@@ -57,7 +58,6 @@ def measure(programs: list, compile_fn: Callable, make_inputs: Callable,
         try:
             compiled = compile_fn(program)
             inputs = make_inputs(program)
-            compiled(**inputs)                       # warm-up, untimed
             times = [timer(compiled, inputs)]
             best = min((t for t in results if t is not None), default=None)
             clearly_slower = best is not None and times[0] > SLOWER * best
