@@ -78,6 +78,10 @@ class Tuned:
                 "candidates": [dict(c) for c in self.candidates]}
 
 
+def _key(blocks: dict) -> tuple:
+    return tuple(sorted(blocks.items()))
+
+
 def reblock(program: Program, blocks: dict) -> Program:
     """``program`` with other block sizes (no re-derivation: the search's proxy)."""
     return program.evolve(dims=tuple(
@@ -109,7 +113,7 @@ def search(base: Program, tunable: Tunable, hardware, constraints) -> list[tuple
     priced: dict[tuple, Modeled] = {}
 
     def price(blocks: dict) -> Modeled:
-        key = tuple(sorted(blocks.items()))
+        key = _key(blocks)
         if key not in priced:
             priced[key] = model(reblock(base, blocks), hardware, constraints)
         return priced[key]
@@ -144,7 +148,7 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
     derived: dict[tuple, Program] = {}
 
     def derive(blocks: dict) -> Program:
-        k = tuple(sorted(blocks.items()))
+        k = _key(blocks)
         if k not in derived:
             derived[k] = tunable.derive(dict(blocks))
         return derived[k]
@@ -166,17 +170,17 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
             continue
         finalists.append((blocks, model(program, hardware, constraints), program))
     ranked = _order(_busy_enough([(b, m) for b, m, _ in finalists], hardware.cores))
-    by_key = {tuple(sorted(b.items())): p for b, _, p in finalists}
+    by_key = {_key(b): p for b, _, p in finalists}
     if not ranked:                 # nothing priced finite: keep the initial blocks
         return Tuned(initial, mode, "initial", clock() - start, program=base)
     measured: list[float | None] = [None] * len(ranked)
     if mode == "measure":
         from ..validate import random_inputs
-        if tuple(sorted(initial.items())) not in by_key:    # the defaults, second
-            by_key[tuple(sorted(initial.items()))] = base
-            ranked.insert(1, (initial, model(base, hardware, constraints)))
-            measured.append(None)
-        programs = [by_key[tuple(sorted(b.items()))] for b, _ in ranked]
+        # The defaults go second (always measured: never beaten unseen).
+        by_key.setdefault(_key(initial), base)
+        others = [r for r in ranked if _key(r[0]) != _key(initial)]
+        ranked = others[:1] + [(initial, model(base, hardware, constraints))] + others[1:]
+        programs = [by_key[_key(b)] for b, _ in ranked]
         measured = measure(programs, backend.compile, lambda p: random_inputs(p, seed=0),
                            budget_seconds(budget_s), timer=timer, clock=clock)
     timed = [i for i, t in enumerate(measured) if t is not None]
@@ -186,8 +190,7 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
                         "modeled_s": m.seconds if math.isfinite(m.seconds) else None,
                         "measured_s": t} for (b, m), t in zip(ranked, measured))
     blocks = dict(ranked[pick][0])
-    result = Tuned(blocks, mode, source, clock() - start, candidates,
-                   by_key[tuple(sorted(blocks.items()))])
+    result = Tuned(blocks, mode, source, clock() - start, candidates, by_key[_key(blocks)])
     if use_cache:
         cache.store(key, {"blocks": blocks, "mode": mode, "source": source,
                           "label": tunable.label, "candidates": list(candidates)})
