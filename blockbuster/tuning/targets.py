@@ -23,18 +23,26 @@ from .tuner import Tunable
 
 def fuser(rules=None, hardware=None, limits=None) -> Callable[[Program], Program]:
     """Unfused -> fused, through the on-disk fusion cache unless ``limits`` are set
-    (the cache keys only the rules and the hardware)."""
+    (the cache keys only the rules and the hardware). The default rules are loaded
+    once, on first use, not once per candidate."""
+    loaded = [rules]
+
+    def rule_set():
+        if loaded[0] is None:
+            from ..dsl.loader import default_rules
+            loaded[0] = default_rules()
+        return loaded[0]
+
     if limits is not None:
         def fuse(program: Program) -> Program:
-            from ..dsl.loader import default_rules
             from ..select.selection import fuse_program
-            return fuse_program(program, rules or default_rules(), limits=limits,
-                                hardware=hardware, progress=False).program
+            return fuse_program(program, rule_set(), limits=limits, hardware=hardware,
+                                progress=False).program
         return fuse
 
     def fuse(program: Program) -> Program:
         from ..fusion_cache import cached_fuse
-        return cached_fuse(program, rules, hardware)
+        return cached_fuse(program, rule_set(), hardware)
     return fuse
 
 

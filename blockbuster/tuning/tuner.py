@@ -11,7 +11,7 @@ other sizes). The steps:
    each assignment considered and priced with :func:`.model.model`; a coordinate
    search (each dimension in turn over its :func:`.candidates.dim_choices`, two
    sweeps) visits a few dozen assignments instead of every combination;
-2. **re-derive** the best ``FINALISTS`` distinct assignments (fusing each, through
+2. **re-derive** the best few (``FINALISTS``) distinct assignments (fusing each, through
    the fusion cache) and price them again; assignments that leave a core idle
    while another assignment keeps them all busy are dropped;
 3. **measure** (mode ``measure``): :func:`.measure.measure` times the model's
@@ -42,7 +42,9 @@ from .measure import measure
 from .mode import budget_seconds
 from .model import Modeled, model
 
-FINALISTS = 3           # assignments re-derived (fused) and priced again
+#: Assignments re-derived (fused) and priced again, per mode: fusing is the costly
+#: part of modeling; measuring wants a few to choose from.
+FINALISTS = {"model": 2, "measure": 3}
 SWEEPS = 2
 #: Assignments whose modeled time is within this fraction of the best are ties; the
 #: smaller working set (friendlier to the caches) goes first among them.
@@ -161,8 +163,9 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
                    for d, n in tunable.sizes.items()}
         ordered = [{d: c[min(i, len(c) - 1)] for d, c in choices.items()} for i in range(3)]
     finalists: list[tuple[dict, Modeled, Program]] = []
-    for blocks in ordered[:FINALISTS + 3]:      # a few spare: fusion may refuse one
-        if len(finalists) == FINALISTS:
+    wanted = FINALISTS.get(mode, 2)
+    for blocks in ordered[:wanted + 3]:         # a few spare: fusion may refuse one
+        if len(finalists) == wanted:
             break
         try:
             program = derive(blocks)
