@@ -12,8 +12,8 @@ other sizes). The steps:
    search (each dimension in turn over its :func:`.candidates.dim_choices`, two
    sweeps) visits a few dozen assignments instead of every combination;
 2. **re-derive** the best few (``FINALISTS``) distinct assignments (fusing each, through
-   the fusion cache) and price them again; assignments that leave a core idle
-   while another assignment keeps them all busy are dropped;
+   the fusion cache) and price them again, beside the initial blocks; assignments
+   that leave a core idle while another assignment keeps them all busy are dropped;
 3. **measure** (mode ``measure``): :func:`.measure.measure` times the model's
    favourite, the initial (default) blocks, then the model's next ones, within its
    bound, and the fastest wins; mode ``model`` takes the model's best.
@@ -162,11 +162,15 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
         choices = {d: dim_choices(n, hardware.cores, constraints)
                    for d, n in tunable.sizes.items()}
         ordered = [{d: c[min(i, len(c) - 1)] for d, c in choices.items()} for i in range(3)]
-    finalists: list[tuple[dict, Modeled, Program]] = []
-    wanted = FINALISTS.get(mode, 2)
+    # The initial blocks compete too (derived already): a re-derived favourite of the
+    # search may price worse than them.
+    finalists = [(initial, model(base, hardware, constraints), base)]
+    wanted = FINALISTS.get(mode, 2) + 1
     for blocks in ordered[:wanted + 3]:         # a few spare: fusion may refuse one
         if len(finalists) == wanted:
             break
+        if _key(blocks) == _key(initial):
+            continue
         try:
             program = derive(blocks)
         except Exception:          # noqa: BLE001 - an assignment fusion cannot take
@@ -180,7 +184,6 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
     if mode == "measure":
         from ..validate import random_inputs
         # The defaults go second (always measured: never beaten unseen).
-        by_key.setdefault(_key(initial), base)
         others = [r for r in ranked if _key(r[0]) != _key(initial)]
         ranked = others[:1] + [(initial, model(base, hardware, constraints))] + others[1:]
         programs = [by_key[_key(b)] for b, _ in ranked]
