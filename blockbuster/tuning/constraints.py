@@ -27,8 +27,11 @@ class BlockConstraints:
 
 
 #: The Numba backend: blocks are views into the arrays, block matmuls call BLAS
-#: (which blocks for the caches itself), so the L2 size is a price, not a limit.
-NUMBA = BlockConstraints(min_block=16, max_block=2048, multiple=8, step_overhead_s=2e-6)
+#: (which blocks for the caches itself), so the L2 size is a price, not a limit. The
+#: step overhead is fitted to issue 13's quiet-machine figures: LayerNorm+matmul
+#: 2048³ took 394 ms at 64-blocks (~1.1 M block steps on 2 cores) and 106 ms at
+#: 1024-row blocks (compute-bound), so ~0.5 µs a step.
+NUMBA = BlockConstraints(min_block=16, max_block=2048, multiple=8, step_overhead_s=5e-7)
 #: The reference interpreter: NumPy per block, ~50 µs of Python per block step.
 REFERENCE = BlockConstraints(min_block=16, max_block=4096, multiple=8, step_overhead_s=5e-5)
 STRICT = BlockConstraints(min_block=16, max_block=256, multiple=16, powers_of_two=True,
