@@ -16,7 +16,9 @@ other sizes). The steps:
    that leave a core idle while another assignment keeps them all busy are dropped;
 3. **measure** (mode ``measure``): :func:`.measure.measure` times the model's
    favourite, the initial (default) blocks, then the model's next ones, within its
-   bound, and the fastest wins; mode ``model`` takes the model's best.
+   bound, and the fastest wins; mode ``model`` takes the model's best. Either keeps
+   the initial blocks unless the winner beats them clearly (``MEASURE_MARGIN``,
+   ``MODEL_MARGIN``).
 
 When no assignment the search priced is finite (a hard local capacity the initial
 program exceeds: its re-blockings inherit its structure), the assignments with every
@@ -49,6 +51,10 @@ SWEEPS = 2
 #: Assignments whose modeled time is within this fraction of the best are ties; the
 #: smaller working set (friendlier to the caches) goes first among them.
 TIE = 0.03
+#: Leave the initial (default) blocks only for a clear gain: modeled times are
+#: rough, and measured ones on a shared machine are noisy by a few per cent.
+MODEL_MARGIN = 1.2
+MEASURE_MARGIN = 1.05
 
 
 @attrs.frozen
@@ -107,6 +113,22 @@ def _busy_enough(scored, cores: int):
     has enough (some sizes cannot: then all are kept)."""
     enough = [s for s in scored if s[1].instances >= cores]
     return enough or scored
+
+
+def _pick(ranked, measured, timed, initial) -> int:
+    """The fastest measured candidate, else the model's best, unless the initial
+    blocks are within the margin of it."""
+    if timed:
+        best = min(timed, key=lambda i: measured[i])
+        score, margin = (lambda i: measured[i]), MEASURE_MARGIN
+    else:
+        best = 0
+        score, margin = (lambda i: ranked[i][1].seconds), MODEL_MARGIN
+        timed = range(len(ranked))
+    for i in timed:
+        if _key(ranked[i][0]) == _key(initial) and score(i) <= margin * score(best):
+            return i
+    return best
 
 
 def search(base: Program, tunable: Tunable, hardware, constraints) -> list[tuple[dict, Modeled]]:
@@ -190,8 +212,8 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
         measured = measure(programs, backend.compile, lambda p: random_inputs(p, seed=0),
                            budget_seconds(budget_s), timer=timer, clock=clock)
     timed = [i for i, t in enumerate(measured) if t is not None]
-    pick = min(timed, key=lambda i: measured[i]) if timed else 0
     source = "measure" if timed else "model"
+    pick = _pick(ranked, measured, timed, initial)
     candidates = tuple({"blocks": dict(b),
                         "modeled_s": m.seconds if math.isfinite(m.seconds) else None,
                         "measured_s": t} for (b, m), t in zip(ranked, measured))

@@ -93,3 +93,12 @@ def test_other_modes_never_time(mode):
     assert backend.compiled == []                    # nothing compiled either
     if mode == "off":
         assert tuned.blocks == tunable.initial and tuned.source == "initial"
+
+
+def test_the_defaults_stay_unless_clearly_beaten():
+    tunable, backend = _setup()
+
+    def timer(compiled, inputs):          # the others only 2 % faster: noise
+        return 1.0 if blocks_of(compiled.program, tunable.sizes) == tunable.initial else 0.98
+    tuned = tune(tunable, backend, "measure", timer=timer, budget_s=1e9, use_cache=False)
+    assert tuned.blocks == tunable.initial and tuned.source == "measure"
