@@ -17,12 +17,13 @@ import argparse
 import os
 import time
 
+from blockbuster_numba import backend
+
 import blockbuster as bb
 from blockbuster.oracles import oracle
 from blockbuster.tuning import tune
 from blockbuster.tuning.targets import fuser, workload_tunable
 from blockbuster.validate import compare, random_inputs
-from blockbuster_numba import backend
 
 CASES = {
     "full": [

@@ -88,8 +88,8 @@ def run_workload(target, sizes: dict[str, int] | None = None,
 
     subject = target if isinstance(target, Subject) else timed(
         "build", load_subject, target, sizes, blocks, inputs_file)
-    tuning = _tuning(target, subject, sizes, blocks, backend, tune, rules, limits,
-                     tune_timer, tune_budget, timed)
+    tuning = choose_blocks(target, subject, sizes, blocks, backend, tune, rules, limits,
+                           tune_timer, tune_budget, timed)
     if tuning.pop("_rebuild"):
         subject = load_subject(target, sizes, {**(blocks or {}), **tuning["blocks"]},
                                inputs_file)
@@ -140,14 +140,14 @@ def run_workload(target, sizes: dict[str, int] | None = None,
     }
 
 
-def _tuning(target, subject, sizes, blocks, backend, mode, rules, limits, timer, budget,
-            timed) -> dict[str, Any]:
+def choose_blocks(target, subject, sizes, blocks, backend, mode, rules=None, limits=None,
+                  timer=None, budget=None, timed=None) -> dict[str, Any]:
     """Choose the blocks the user left open (built-in workloads only: their own
     dimensions are the free ones); the report's ``tuning`` entry, plus ``_rebuild``
     (whether the subject must be built again with the chosen blocks)."""
     from .rewrite.engine import Limits
     from .tuning import resolve_mode, tune
-    from .tuning.targets import fuser, with_rules, workload_tunable
+    from .tuning.targets import fused_origin, fuser, workload_tunable
     mode = resolve_mode(mode, "model")
     given = dict(blocks or {})
     entry: dict[str, Any] = {"mode": mode, "source": "off", "from_cache": False,
@@ -157,15 +157,21 @@ def _tuning(target, subject, sizes, blocks, backend, mode, rules, limits, timer,
         return {**entry, "_rebuild": False}
     if mode == "off":
         return {**entry, "_rebuild": False}
+    if rules is None:                    # the key names the rules: the same as run's
+        from .dsl.loader import default_rules
+        rules = default_rules()
     custom = limits is not None and limits != Limits()
     finish = fuser(rules, backend.hardware, limits if custom else None)
-    tunable = with_rules(workload_tunable(target, dict(sizes or {}), given, finish,
-                                          base=subject.program), rules)
+    # The same key as blockbuster.fuse then compile: a choice made here serves both.
+    tunable = fused_origin(workload_tunable(target, dict(sizes or {}), given,
+                                            base=subject.program),
+                           finish, rules, backend.hardware)
     if custom:                           # other limits may fuse otherwise: another key
         tunable = attrs.evolve(tunable, rules=f"{tunable.rules} {limits!r}")
     if not tunable.sizes:
         entry["source"] = "given"        # --block given: no tuning
         return {**entry, "_rebuild": False}
+    timed = timed or (lambda _stage, fn, *a, **k: fn(*a, **k))
     tuned = timed("tune", tune, tunable, backend, mode, timer=timer, budget_s=budget)
     entry.update(tuned.as_dict())
     entry["given"] = given

@@ -7,8 +7,24 @@ measurement in :mod:`.measure`, the on-disk cache in :mod:`.cache`, and what the
 entry points tune in :mod:`.targets`.
 """
 
-from .mode import DEFAULT_BUDGET_S, ENV_MODE, ENV_SECONDS, MODES, budget_seconds, resolve_mode
+from .mode import (
+           DEFAULT_BUDGET_S,
+           ENV_MODE,
+           ENV_SECONDS,
+           MODES,
+           budget_seconds,
+           resolve_mode,
+)
 from .tuner import Tunable, Tuned, tune
 
-__all__ = ["tune", "Tunable", "Tuned", "resolve_mode", "budget_seconds", "MODES",
-           "ENV_MODE", "ENV_SECONDS", "DEFAULT_BUDGET_S"]
+__all__ = [
+           "DEFAULT_BUDGET_S",
+           "ENV_MODE",
+           "ENV_SECONDS",
+           "MODES",
+           "Tunable",
+           "Tuned",
+           "budget_seconds",
+           "resolve_mode",
+           "tune",
+]

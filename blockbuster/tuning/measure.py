@@ -24,7 +24,7 @@ budget.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 MAX_CANDIDATES = 4
 ALWAYS = 2

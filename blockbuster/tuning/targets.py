@@ -11,7 +11,7 @@ blocks are free to change).
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import attrs
 
@@ -71,10 +71,6 @@ def workload_tunable(name: str, sizes: dict, given: dict,
     def derive(blocks: dict) -> Program:
         return finish(workload(name, blocks={**given, **blocks}, **sizes))
     return Tunable(name, format_program(base), tuned, initial, derive)
-
-
-def with_rules(tunable: Tunable, rules) -> Tunable:
-    return attrs.evolve(tunable, rules=rules_digest(rules))
 
 
 # --- what the public API remembers about the programs it made ---------------------------

@@ -4,12 +4,11 @@ key tells sizes, hardware, backend and mode apart; a damaged entry is ignored.""
 import json
 
 import pytest
+from helpers_tuning import WrappedBackend, machine
 
 from blockbuster.tuning import cache, tune
 from blockbuster.tuning.constraints import NUMBA
 from blockbuster.tuning.targets import fuser, workload_tunable
-
-from helpers_tuning import WrappedBackend, machine
 
 
 @pytest.fixture(autouse=True)

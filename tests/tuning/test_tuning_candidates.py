@@ -4,14 +4,13 @@ and the core count."""
 import math
 
 import pytest
+from helpers_tuning import WrappedBackend, blocks_of, machine
 
 from blockbuster.tuning import tune
 from blockbuster.tuning.candidates import combinations, dim_choices
 from blockbuster.tuning.constraints import NUMBA, STRICT, BlockConstraints
 from blockbuster.tuning.model import model
 from blockbuster.tuning.targets import fuser, workload_tunable
-
-from helpers_tuning import WrappedBackend, blocks_of, machine
 
 
 @pytest.mark.parametrize("size", [2000, 1000, 203, 4096, 17])

@@ -4,13 +4,12 @@ the model thought; the budget bounds what is measured; off and model measure not
 import itertools
 
 import pytest
+from helpers_tuning import WrappedBackend, blocks_of, machine
 
 from blockbuster.tuning import tune
 from blockbuster.tuning.constraints import NUMBA
 from blockbuster.tuning.measure import measure
 from blockbuster.tuning.targets import fuser, workload_tunable
-
-from helpers_tuning import WrappedBackend, blocks_of, machine
 
 SIZES = {"M": 90, "K": 70, "N": 130}
 
@@ -49,7 +48,7 @@ def test_the_fastest_by_the_timer_wins():
 
 def test_measure_stops_at_the_budget_and_skips_clearly_slower_repeats():
     ticks = itertools.count()
-    clock = lambda: float(next(ticks))           # noqa: E731 - one second per look
+    clock = lambda: float(next(ticks))
     calls = []
     times = {"a": 1.0, "b": 10.0, "c": 0.5, "d": 0.1}
 

@@ -4,10 +4,9 @@ with large-magnitude inputs."""
 
 import numpy as np
 import pytest
+from helpers_tuning import attention_f64, blocks_of, rmsnorm_ffn_swiglu_f64
 
 import blockbuster as bb
-
-from helpers_tuning import attention_f64, blocks_of, rmsnorm_ffn_swiglu_f64
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the torch extra: pip install -e '.[torch]'")
 
-from blockbuster.frontend.pytorch.dynamo import CompileOptions, compile_graph  # noqa: E402
+from blockbuster.frontend.pytorch.dynamo import CompileOptions, compile_graph
 
 
 class Mlp(torch.nn.Module):
