@@ -31,10 +31,13 @@ __all__ = [
 def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int):
     """The unfused block program of a built-in workload (``UsageError`` if unknown).
 
-    ``sizes`` override dimension sizes (``N=200``), ``blocks`` block sizes.
+    ``sizes`` override dimension sizes (``N=200``), ``blocks`` block sizes. Without
+    ``blocks``, :func:`compile` may choose other blocks for it (see there).
     """
     from .frontend.workloads import workload as _workload
-    return _workload(name, blocks=blocks, **sizes)
+    from .tuning.targets import remember, workload_tunable
+    program = _workload(name, blocks=blocks, **sizes)
+    return remember(program, workload_tunable(name, sizes, dict(blocks or {}), base=program))
 
 
 def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
@@ -67,6 +70,11 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
         step_check = StepVerifier(program)
     result = fuse_program(program, rules, limits=limits, hardware=hardware,
                           step_check=step_check, progress=progress)
+    from .tuning.targets import fused_origin, fuser, origin, remember
+    made = origin(program)
+    if made is not None and step_check is None:     # compile may re-derive it
+        remember(result.program, fused_origin(made, fuser(rules, hardware, limits),
+                                              rules, hardware))
     return result
 
 
@@ -110,15 +118,33 @@ def __getattr__(name):
     raise AttributeError(f"module 'blockbuster' has no attribute {name!r}")
 
 
-def compile(program, backend="reference", **options):  # noqa: A001 - the API's name
+def compile(program, backend="reference", tune=None, **options):  # noqa: A001 - the API's name
     """Compile ``program`` with a backend (a registered name or a Backend object);
     ``options`` go to the backend (e.g. ``dtype``, ``threads`` for numba).
 
-    Returns ``compiled(**arrays) -> {output name: array}``.
+    Returns ``compiled(**arrays) -> {output name: array}``; ``compiled.program`` is
+    the program compiled.
+
+    ``tune`` (``"model"``, ``"measure"`` or ``"off"``; default
+    ``$BLOCKBUSTER_TUNE``, else ``"model"``): a program made by :func:`workload`
+    without ``blocks`` (and fused from one by :func:`fuse`) is derived again with
+    the block sizes chosen for this backend (:mod:`blockbuster.tuning`; cached on
+    disk): ``compiled.program`` then has those blocks. Other programs are compiled
+    as they are.
     """
     if isinstance(backend, str):
         from .backends.registry import get_backend
         backend = get_backend(backend)
+    from .tuning import resolve_mode
+    mode = resolve_mode(tune, "model")
+    if mode != "off":
+        from .tuning import tune as _tune
+        from .tuning.targets import origin
+        made = origin(program)
+        if made is not None and made.sizes:
+            tuned = _tune(made, backend, mode)
+            if tuned.blocks != {d: program.dim(d).block for d in made.sizes}:
+                program = tuned.program or made.derive(tuned.blocks)
     return backend.compile(program, **options)
 
 

@@ -105,7 +105,20 @@ def add_run(sub) -> None:
     p.add_argument("--emit-source", metavar="FILE", nargs="?", const="-",
                    help="print (or write to FILE) the source the backend generated for "
                         "the fused program")
+    add_tune_args(p)
     p.set_defaults(func=cmd_run)
+
+
+def add_tune_args(p: argparse.ArgumentParser, what: str = "") -> None:
+    p.add_argument("--tune", choices=("measure", "model", "off"), default=None,
+                   help=f"{what}how block sizes are chosen when no --block is given: "
+                        "measure (the cost model's best few and the defaults are compiled "
+                        "and timed; the default), model (the cost model alone) or off (the "
+                        "workload's defaults); default $BLOCKBUSTER_TUNE, else measure. "
+                        "Choices are cached in $BLOCKBUSTER_CACHE/tuning")
+    p.add_argument("--tune-seconds", type=seconds_arg, metavar="S", default=None,
+                   help="measurement budget: no new candidate is started after S seconds "
+                        "(default $BLOCKBUSTER_TUNE_SECONDS, else 30)")
 
 
 def add_rule_args(p: argparse.ArgumentParser) -> None:
@@ -201,6 +214,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output_path(args.emit_source, allowed=(".py",), flag="--emit-source")
     sizes = parse_assignments(args.size, "--size")
     blocks = parse_assignments(args.block, "--block")
+    from .tuning import resolve_mode
+    tune = resolve_mode(args.tune, "measure")   # a bad $BLOCKBUSTER_TUNE fails now
     rules, limits = load_rule_args(args)
     backend = chosen_backend(args)      # a typo fails before any work is done
     if args.rules and not args.trust_rules:
@@ -242,7 +257,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                           inputs_file=args.inputs,
                           backend=backend, seed=args.seed, rules=rules, limits=limits,
                           on_fused=on_fused, progress=False if args.json else None,
-                          on_compiled=on_compiled)
+                          on_compiled=on_compiled, tune=tune,
+                          tune_budget=args.tune_seconds)
     if checked is not None:
         report["verified_steps"] = checked
     if args.json:
@@ -267,7 +283,24 @@ def add_show(sub) -> None:
     add_program_args(p)
     p.add_argument("--fused", action="store_true", help="print it after fusion")
     add_backend_arg(p, "with --fused: the backend to fuse for")
+    add_tune_args(p, "with --fused, as for run (it prints what run compiles): ")
     p.set_defaults(func=cmd_show)
+
+
+def _tuned_for_show(args: argparse.Namespace, program, backend):
+    """The unfused program with the blocks ``run`` would choose (the same tuning,
+    the same cache)."""
+    from .report import choose_blocks
+    from .subjects import load_subject
+    from .tuning import resolve_mode
+    sizes = parse_assignments(args.size, "--size")
+    blocks = parse_assignments(args.block, "--block")
+    subject = load_subject(args.workload, sizes, blocks)
+    tuning = choose_blocks(args.workload, subject, sizes, blocks, backend,
+                           resolve_mode(args.tune, "measure"), budget=args.tune_seconds)
+    if not tuning["_rebuild"]:
+        return program
+    return load_subject(args.workload, sizes, {**blocks, **tuning["blocks"]}).program
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -279,6 +312,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     header = ""
     if args.fused:
         backend = chosen_backend(args)
+        program = _tuned_for_show(args, program, backend)
         program = blockbuster.fuse(program, hardware=backend.hardware).program
         # A comment: the text still parses back.
         header = f"# fused for backend {backend.name}: {backend.hardware.summary()}\n"

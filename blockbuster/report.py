@@ -12,6 +12,8 @@ import math
 import time
 from typing import Any
 
+import attrs
+
 from .cost.hardware import Hardware
 from .ir.program import Program
 from .memcheck import check_fits_memory
@@ -49,7 +51,8 @@ def run_workload(target, sizes: dict[str, int] | None = None,
                  blocks: dict[str, int] | None = None, backend=None, seed: int = 0,
                  rules=None, limits=None, step_check=None,
                  on_fused=None, progress=None, on_compiled=None,
-                 inputs_file: str | None = None) -> dict[str, Any]:
+                 inputs_file: str | None = None, tune: str | None = None,
+                 tune_timer=None, tune_budget: float | None = None) -> dict[str, Any]:
     """Build, fuse, compile, run and validate one target; returns the report dict.
 
     ``target``: a workload name, ``PATH.bbp``, ``module.py:factory`` (see
@@ -57,6 +60,10 @@ def run_workload(target, sizes: dict[str, int] | None = None,
     ``backend`` is a Backend object or a registered name (default: the registry's
     default backend). ``rules``/``limits``/``step_check`` go to :func:`blockbuster.fuse`;
     ``on_fused(fusion_result)`` is called before compiling (``--explain``, ``--dot``).
+
+    ``tune``: how the blocks ``blocks`` leaves open are chosen (``measure``, ``model``
+    or ``off``; default ``$BLOCKBUSTER_TUNE``, else ``model``; see
+    :mod:`blockbuster.tuning`); ``tune_timer``/``tune_budget`` go to the measurement.
     """
     from .backends.registry import default_backend_name, get_backend
     from .cost.model import cost
@@ -81,6 +88,11 @@ def run_workload(target, sizes: dict[str, int] | None = None,
 
     subject = target if isinstance(target, Subject) else timed(
         "build", load_subject, target, sizes, blocks, inputs_file)
+    tuning = choose_blocks(target, subject, sizes, blocks, backend, tune, rules, limits,
+                           tune_timer, tune_budget, timed)
+    if tuning.pop("_rebuild"):
+        subject = load_subject(target, sizes, {**(blocks or {}), **tuning["blocks"]},
+                               inputs_file)
     program = subject.program
     check_fits_memory(program)      # before anything is allocated
     fusion = timed("fuse", fuse_program, program, default_rules() if rules is None else rules, limits=limits,
@@ -104,6 +116,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
         "hardware": hardware.as_dict(),
         "sizes": {d.name: d.size for d in program.dims},
         "blocks": {d.name: d.block for d in program.dims},
+        "tuning": tuning,
         "seed": seed,
         "before": _program_summary(program, before),
         "after": _program_summary(fused, after),
@@ -127,6 +140,44 @@ def run_workload(target, sizes: dict[str, int] | None = None,
     }
 
 
+def choose_blocks(target, subject, sizes, blocks, backend, mode, rules=None, limits=None,
+                  timer=None, budget=None, timed=None) -> dict[str, Any]:
+    """Choose the blocks the user left open (built-in workloads only: their own
+    dimensions are the free ones); the report's ``tuning`` entry, plus ``_rebuild``
+    (whether the subject must be built again with the chosen blocks)."""
+    from .rewrite.engine import Limits
+    from .tuning import resolve_mode, tune
+    from .tuning.targets import fused_origin, fuser, workload_tunable
+    mode = resolve_mode(mode, "model")
+    given = dict(blocks or {})
+    entry: dict[str, Any] = {"mode": mode, "source": "off", "from_cache": False,
+                             "given": given, "blocks": {}, "seconds": 0.0, "candidates": []}
+    if not isinstance(target, str) or subject.kind != "workload":
+        entry["source"] = "fixed"        # a program file or a model: blocks as stated
+        return {**entry, "_rebuild": False}
+    if mode == "off":
+        return {**entry, "_rebuild": False}
+    if rules is None:                    # the key names the rules: the same as run's
+        from .dsl.loader import default_rules
+        rules = default_rules()
+    custom = limits is not None and limits != Limits()
+    finish = fuser(rules, backend.hardware, limits if custom else None)
+    # The same key as blockbuster.fuse then compile: a choice made here serves both.
+    tunable = fused_origin(workload_tunable(target, dict(sizes or {}), given,
+                                            base=subject.program),
+                           finish, rules, backend.hardware)
+    if custom:                           # other limits may fuse otherwise: another key
+        tunable = attrs.evolve(tunable, rules=f"{tunable.rules} {limits!r}")
+    if not tunable.sizes:
+        entry["source"] = "given"        # --block given: no tuning
+        return {**entry, "_rebuild": False}
+    timed = timed or (lambda _stage, fn, *a, **k: fn(*a, **k))
+    tuned = timed("tune", tune, tunable, backend, mode, timer=timer, budget_s=budget)
+    entry.update(tuned.as_dict())
+    entry["given"] = given
+    return {**entry, "_rebuild": tuned.blocks != tunable.initial}
+
+
 # ---------------------------------------------------------------------------
 # The report for people.
 # ---------------------------------------------------------------------------
@@ -143,6 +194,26 @@ def _error(x: float | None) -> str:
     return "inf/nan" if x is None else f"{x:.2e}"
 
 
+def _tuning_text(t: dict | None) -> str:
+    if not t:
+        return "as given"
+    given = " ".join(f"{d}={n}" for d, n in t["given"].items())
+    chosen = " ".join(f"{d}={n}" for d, n in sorted(t["blocks"].items()))
+    source = t["source"]
+    if source == "fixed":
+        return "as stated by the program (not tuned)"
+    if source == "given":
+        return f"as given ({given}; the others default, not tuned)"
+    if source == "off":
+        return "defaults" + (f", given {given}" if given else "") + " (tuning off)"
+    how = {"cache": f"from the tuning cache ({t['mode']})",
+           "measure": f"measured, {sum(c['measured_s'] is not None for c in t['candidates'])}"
+                      f" of {len(t['candidates'])} candidates in {t['seconds']:.1f} s",
+           "model": f"modeled, {len(t['candidates'])} candidates in {t['seconds']:.1f} s",
+           "initial": "defaults (no candidate priced better)"}[source]
+    return f"tuned {chosen}: {how}" + (f"; given {given}" if given else "")
+
+
 def format_report(r: dict[str, Any]) -> str:
     sizes = " ".join(f"{d}={n}" for d, n in r["sizes"].items())
     blocks = " ".join(f"{d}={n}" for d, n in r["blocks"].items())
@@ -150,6 +221,7 @@ def format_report(r: dict[str, Any]) -> str:
     lines = [
         f"workload        {r['workload']}  {sizes}  (blocks {blocks})",
         f"backend         {r['backend']}",
+        f"blocks          {_tuning_text(r.get('tuning'))}",
         f"hardware        {Hardware(**r['hardware']).summary()}",
         f"kernels         {before['kernels']} -> {after['kernels_per_call']} per call"
         + (f" + {after['weight_prep_kernels']} weight preparation (once per binding)"

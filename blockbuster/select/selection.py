@@ -181,7 +181,9 @@ class Selector:
                 # cover of single kernels is the unfused program: the chosen cover
                 # is never worse than it.
                 info, price = _UNFUSED, info.unfused_price
-            if best[i] + price < best[j]:
+            # ``choice[j] is None``: when nothing fits the local tier every price is
+            # infinite, and a cover must still be chosen (the first one is kept).
+            if best[i] + price < best[j] or choice[j] is None:
                 best[j] = best[i] + price
                 choice[j] = (i, info, back)
         bar.close()

@@ -48,6 +48,7 @@ class DimPlanner:
         self._resolved: list[Dim] | None = None
         self._cursor = 0
         self._links: list[tuple] = []
+        self.fixed_blocks: set[str] = set()    # dims whose block the graph requires
 
     # -- both passes -----------------------------------------------------------------
     def new(self, size: int, hint: str) -> int:
@@ -199,6 +200,8 @@ class DimPlanner:
         if c.size % block and c.block:
             raise ImportError_(f"dimension {name} of {c.size} is not a whole number of "
                                f"heads of {block}")
+        if c.block:
+            self.fixed_blocks.add(name)
         return Dim(name, c.size, min(block, c.size))
 
     # -- the emitting pass -----------------------------------------------------------------

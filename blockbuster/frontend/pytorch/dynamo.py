@@ -13,7 +13,11 @@ Options (``torch.compile(..., options={...})``): ``backend`` (a registered backe
 name; default the best installed: Numba, else the reference interpreter), ``rules``
 (a .bbr path or a list of them; default the shipped rules), ``blocks`` (block sizes
 by dimension name) and ``hardware`` (a ``blockbuster.cost.Hardware``; default the
-backend's).
+backend's), ``tune`` (``"model"``, ``"measure"`` or ``"off"``; default
+``$BLOCKBUSTER_TUNE``, else ``"model"``): without ``blocks``, each region's free
+block sizes (every tiled dimension not split into heads) are chosen for the backend
+by :mod:`blockbuster.tuning`, each candidate lowered and fused again; the choice is
+cached on disk.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import numpy as np
 from ...errors import UsageError
 from .dims import ImportError_
 
-_OPTIONS = ("backend", "rules", "blocks", "hardware")
+_OPTIONS = ("backend", "rules", "blocks", "hardware", "tune")
 
 
 @attrs.frozen
@@ -36,6 +40,7 @@ class CompileOptions:
     rules: object = None          # a RuleSet, or None for the default rules
     blocks: dict | None = None
     hardware: object = None
+    tune: str = "model"
 
     @classmethod
     def parse(cls, options) -> "CompileOptions":
@@ -51,8 +56,10 @@ class CompileOptions:
         if rules is not None and not hasattr(rules, "rules"):
             from ...dsl.loader import load_rules
             rules = load_rules(*([rules] if isinstance(rules, str) else rules))
+        from ...tuning import resolve_mode
         return cls(name, rules, options.get("blocks"),
-                   options.get("hardware") or backend.hardware)
+                   options.get("hardware") or backend.hardware,
+                   resolve_mode(options.get("tune"), "model"))
 
 
 def blockbuster_backend(gm, example_inputs, options=None, **_ignored):
@@ -125,13 +132,44 @@ class CompiledRegion:
         from ...backends.registry import get_backend
         from ...fusion_cache import cached_fuse
         from .lower import lower
-        low = lower(self._source_of(inputs), self._name, self._opts.blocks)
+        source = self._source_of(inputs)
+        low = lower(source, self._name, self._opts.blocks)
+        backend = get_backend(self._opts.backend)
+        self.tuning = self._tune(source, low, backend)
+        if self.tuning is not None:
+            low = lower(source, self._name, self.tuning.blocks)
         program = low.program.evolve(params=dict(low.weights))
         fused = cached_fuse(program, self._opts.rules, self._opts.hardware)
         self.program = fused
-        self.compiled = get_backend(self._opts.backend).compile(fused)
+        self.compiled = backend.compile(fused)
         self.lowered = low
         self._stamp = self._stamps(inputs)
+
+    def _tune(self, source, low, backend):
+        """The blocks of the region's free dimensions (None: as lowered), chosen when
+        the user gave no ``blocks``."""
+        from ...fusion_cache import cached_fuse
+        from ...ir.printer import format_program
+        from ...tuning import Tunable, tune
+        from ...tuning.cache import rules_digest
+        from .lower import lower
+        opts = self._opts
+        if opts.blocks or opts.tune == "off":
+            return None
+        free = {d.name: d.size for d in low.program.dims
+                if not d.point and d.name not in low.fixed_blocks}
+        if not free:
+            return None
+
+        def derive(blocks):
+            relowered = lower(source, self._name, blocks)
+            return cached_fuse(relowered.program.evolve(params=dict(relowered.weights)),
+                               opts.rules, opts.hardware)
+        structure = f"torch region for {opts.hardware!r}\n{format_program(low.program)}"
+        tunable = Tunable(self._name, structure, free,
+                          {d: low.program.dim(d).block for d in free}, derive,
+                          rules_digest(opts.rules))
+        return tune(tunable, backend, opts.tune)
 
     def _stamps(self, inputs) -> tuple:
         return tuple((id(inputs[i]), inputs[i]._version) for i in self._params)

@@ -62,6 +62,9 @@ class Lowered:
     inputs: tuple[Boundary, ...]
     outputs: tuple[Boundary, ...]
     weights: dict            # array name -> np.ndarray (stored layout)
+    #: Dimensions whose block the graph fixes (an axis split into heads, a slice):
+    #: the others are free to tune.
+    fixed_blocks: frozenset = frozenset()
 
 
 class Lowering:
@@ -257,4 +260,5 @@ def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
     dims = tuple(d for d in planner.dims() if d.name in used)
     program = Program(name, dims, arrays, in_names, out_names, tuple(k.kernels),
                       tuple(low.weight_order))
-    return Lowered(verify(program), tuple(low.inputs), outputs, low.weights)
+    return Lowered(verify(program), tuple(low.inputs), outputs, low.weights,
+                   frozenset(planner.fixed_blocks))

@@ -1,0 +1,69 @@
+"""The measured part of tuning: compile the best few candidates and time them.
+
+Like Triton's autotune: each candidate is compiled, then timed up to ``repeats``
+times on the same random inputs; its time is the best of those (so the first call's
+first touch of memory does not count against it when it is repeated). The bound on
+the time it takes:
+
+* at most ``max_candidates`` candidates, in the order given (the tuner puts the
+  model's favourite first and the default blocks second);
+* the first ``always`` of them are always measured (so the choice is never one the
+  defaults beat); a later one is started only while less than ``budget_s`` seconds
+  have passed since the first started;
+* a candidate stops after one timed call when that call is more than ``SLOWER``
+  times the best time so far, and its repeats stop once the budget is spent.
+
+So tuning takes at most the budget plus, for the candidates always measured and the
+one running when the budget ends, one compile and two calls each.
+
+``timer(compiled, inputs) -> seconds`` times one call (default: the wall clock);
+tests inject a fake one, and ``clock`` (default ``time.perf_counter``) measures the
+budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+MAX_CANDIDATES = 4
+ALWAYS = 2
+REPEATS = 3
+SLOWER = 2.0
+
+
+def wall_timer(compiled, inputs) -> float:
+    start = time.perf_counter()
+    compiled(**inputs)
+    return time.perf_counter() - start
+
+
+def measure(programs: list, compile_fn: Callable, make_inputs: Callable,
+            budget_s: float, timer: Callable | None = None,
+            max_candidates: int = MAX_CANDIDATES, always: int = ALWAYS,
+            repeats: int = REPEATS,
+            clock: Callable[[], float] = time.perf_counter) -> list[float | None]:
+    """Seconds per program of ``programs`` (best of its timed calls), None for those
+    not measured (over the budget or beyond ``max_candidates``) or that failed."""
+    timer = timer or wall_timer
+    results: list[float | None] = [None] * len(programs)
+    start = clock()
+
+    def within_budget() -> bool:
+        return clock() - start < budget_s
+
+    for i, program in enumerate(programs[:max_candidates]):
+        if i >= always and not within_budget():
+            break
+        try:
+            compiled = compile_fn(program)
+            inputs = make_inputs(program)
+            times = [timer(compiled, inputs)]
+            best = min((t for t in results if t is not None), default=None)
+            clearly_slower = best is not None and times[0] > SLOWER * best
+            while not clearly_slower and len(times) < repeats and within_budget():
+                times.append(timer(compiled, inputs))
+            results[i] = min(times)
+        except Exception:          # noqa: BLE001 - a candidate that fails is not chosen
+            results[i] = None
+    return results
