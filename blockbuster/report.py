@@ -71,7 +71,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
     from .ir.printer import format_program
     from .select.selection import fuse_program
     from .subjects import Subject, load_subject
-    from .validate import compare
+    from .validate import validate_outputs
 
     # Resolve the backend first, so a typo fails before any work is done. Fusion
     # and the report price with its hardware: what it compiles for.
@@ -105,7 +105,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
         on_compiled(compiled)
     inputs = subject.make_inputs(fused, seed)
     outputs = timed("run", compiled, **inputs)
-    validation = compare(outputs, subject.oracle(inputs))
+    validation = validate_outputs(subject, outputs, inputs)
 
     before = cost(program, hardware)
     after = cost(fused, hardware)
@@ -133,6 +133,8 @@ def run_workload(target, sizes: dict[str, int] | None = None,
             "max_abs_error": _finite_or_none(validation.max_abs_error),
             "max_rel_error": _finite_or_none(validation.max_rel_error),
             "tolerance": validation.tolerance,
+            "baseline_rel_error": (None if validation.baseline_error is None
+                                   else _finite_or_none(validation.baseline_error)),
             "passed": bool(validation.passed),
         },
         "timings": timings,
@@ -190,6 +192,11 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def _baseline_text(v: dict) -> str:
+    b = v.get("baseline_rel_error")
+    return "" if b is None else f"; unfused float32 {_error(b)}"
+
+
 def _error(x: float | None) -> str:
     return "inf/nan" if x is None else f"{x:.2e}"
 
@@ -245,7 +252,7 @@ def format_report(r: dict[str, Any]) -> str:
     verdict = "passed" if v["passed"] else "FAILED"
     lines.append(f"validation      {verdict}: max abs error {_error(v['max_abs_error'])}, "
                  f"max rel error {_error(v['max_rel_error'])} "
-                 f"(tolerance {v['tolerance']:g}, seed {r['seed']})")
+                 f"(tolerance {v['tolerance']:g}{_baseline_text(v)}, seed {r['seed']})")
     t = r["timings"]
     lines.append("timings         " + ", ".join(f"{k} {t[k]:.3f} s" for k in t))
     return "\n".join(lines)

@@ -34,6 +34,10 @@ class Subject:
     program: Program
     make_inputs: Callable[[Program, int], dict]  # (fused program, seed) -> arrays
     oracle: Callable[[dict], dict]               # inputs -> float64 outputs
+    # inputs -> the same math run unfused in float32 (NumPy or PyTorch eager, as a
+    # user would run it): its error against the oracle sets the tolerance of the
+    # fused program (validate.tolerance_from_baseline); None: the fixed default.
+    baseline: Callable[[dict], dict] | None = None
 
 
 def is_factory(target: str) -> bool:
@@ -61,11 +65,12 @@ def load_subject(target: str, sizes: dict | None = None, blocks: dict | None = N
 
 def _workload_subject(name: str, sizes: dict, blocks: dict) -> Subject:
     from .frontend.workloads import workload
-    from .oracles import oracle
+    from .oracles import oracle, oracle_float32
     from .validate import random_inputs
     program = workload(name, blocks=blocks, **sizes)
     return Subject(name, "workload", program, lambda p, seed: random_inputs(p, seed=seed),
-                   lambda inputs: oracle(name, inputs))
+                   lambda inputs: oracle(name, inputs),
+                   lambda inputs: oracle_float32(name, inputs))
 
 
 # --- program files --------------------------------------------------------------------------
@@ -172,10 +177,18 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
         args = [_like(torch.from_numpy(np.asarray(inputs[b.name], dtype=np.float64)
                                        ).reshape(b.shape), by_name[b.name])
                 for b in low.inputs]
-        out = _eager_float64(model, args)
+        out = _eager(model, args, torch.float64)
         return {b.name: o.detach().numpy().reshape(program.shape(b.name))
                 for b, o in zip(low.outputs, out)}
-    return Subject(label, "torch", program, make_inputs, oracle)
+
+    def baseline(inputs: dict) -> dict:
+        args = [_like(torch.from_numpy(np.asarray(inputs[b.name], dtype=np.float32)
+                                       ).reshape(b.shape), by_name[b.name])
+                for b in low.inputs]
+        out = _eager(model, args, torch.float32)
+        return {b.name: o.detach().numpy().reshape(program.shape(b.name))
+                for b, o in zip(low.outputs, out)}
+    return Subject(label, "torch", program, make_inputs, oracle, baseline)
 
 
 def _like(t, example):
@@ -187,12 +200,12 @@ def _array(t) -> np.ndarray:
     return t.detach().to("cpu").float().numpy()
 
 
-def _eager_float64(model, args) -> list:
+def _eager(model, args, dtype) -> list:
     import copy
 
     import torch
     if isinstance(model, torch.nn.Module):
-        model = copy.deepcopy(model).double().eval()
+        model = copy.deepcopy(model).to(dtype).eval()
     with torch.no_grad():
         out = model(*args)
     if isinstance(out, torch.Tensor):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import attrs
@@ -46,6 +47,8 @@ class Validation:
     max_rel_error: float
     tolerance: float
     passed: bool
+    # The unfused float32 baseline's own error, where the tolerance came from it.
+    baseline_error: float | None = None
 
     def as_dict(self) -> dict:
         return attrs.asdict(self)
@@ -69,3 +72,22 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
         max_abs = max(max_abs, err)
         max_rel = max(max_rel, err / scale if scale > 0 else err)
     return Validation(max_abs, max_rel, tolerance, finite and max_rel <= tolerance)
+
+
+def validate_outputs(subject, outputs: Mapping[str, np.ndarray],
+                     inputs: Mapping[str, np.ndarray]) -> Validation:
+    """``outputs`` against the subject's float64 oracle. The tolerance is the default
+    one, or, where the subject has a float32 baseline (the same math unfused, as a
+    user would run it) whose own error is larger, :func:`tolerance_from_baseline` of
+    that error: a deep program at large sizes carries more float32 rounding than
+    :data:`DEFAULT_TOLERANCE` allows, and a fused program is held to what the unfused
+    one achieves, not to a number that fits the small workloads."""
+    reference = subject.oracle(inputs)
+    tolerance = DEFAULT_TOLERANCE
+    baseline_error = None
+    if subject.baseline is not None:
+        baseline_error = compare(subject.baseline(inputs), reference).max_rel_error
+        if math.isfinite(baseline_error):
+            tolerance = max(tolerance, tolerance_from_baseline(baseline_error))
+    result = compare(outputs, reference, tolerance)
+    return attrs.evolve(result, baseline_error=baseline_error)

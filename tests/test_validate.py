@@ -69,3 +69,27 @@ def test_non_finite_or_misshaped_outputs_never_pass():
     assert not compare({"Y": np.array([[1, 1], [1, np.nan], [1, 1]])}, ref).passed
     assert not compare({"Y": np.ones((2, 3))}, ref).passed
     assert compare({"Y": np.ones((3, 2), np.float32)}, ref).passed
+
+
+def test_run_tolerance_follows_the_unfused_float32_baseline_of_a_deep_program():
+    """A wide decoder layer carries more float32 rounding than the default tolerance:
+    `run` holds the fused program to ERROR_GROWTH × what NumPy in float32 achieves,
+    and still fails an error above that."""
+    from blockbuster.subjects import load_subject
+    from blockbuster.validate import validate_outputs
+    subject = load_subject("llama_block", {"T": 96, "E": 256, "F": 300, "NH": 4, "KVH": 2})
+    inputs = random_inputs(subject.program, seed=0)
+    exact = oracle("llama_block", inputs)
+    # The oracle's NumPy math run on float32 arrays (it stays in float32).
+    from blockbuster.oracles import ORACLES
+    own = ORACLES["llama_block"](**{k: v.astype(np.float32) for k, v in inputs.items()})
+    assert own["Y"].dtype == np.float32
+    scale = np.abs(exact["Y"]).max()
+    baseline = float(np.abs(own["Y"] - exact["Y"]).max() / scale)
+    assert baseline > 0
+    ok = validate_outputs(subject, {"Y": exact["Y"] + 2 * baseline * scale}, inputs)
+    assert ok.baseline_error == pytest.approx(baseline, rel=0.5)
+    assert ok.tolerance == max(DEFAULT_TOLERANCE, tolerance_from_baseline(ok.baseline_error))
+    assert ok.passed
+    bad = validate_outputs(subject, {"Y": exact["Y"] + 1.01 * ok.tolerance * scale}, inputs)
+    assert not bad.passed

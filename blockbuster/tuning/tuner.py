@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 import attrs
 
+from ..cost.model import cost
 from ..ir.program import Program
 from . import cache
 from .candidates import dim_choices
@@ -198,6 +199,14 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
         except Exception:          # noqa: BLE001 - an assignment fusion cannot take
             continue
         finalists.append((blocks, model(program, hardware, constraints), program))
+    if mode == "model":
+        # Unmeasured, only the cost model's own objective (what fusion optimises) is
+        # trusted to compare fused programs: the step and spill terms above rank
+        # block sizes, but a favourite that fuses worse than the defaults (e.g. larger
+        # blocks that no longer fit, left as many kernels) is not taken on their word.
+        limit = cost(base, hardware).objective
+        finalists = finalists[:1] + [f for f in finalists[1:]
+                                     if cost(f[2], hardware).objective <= limit]
     ranked = _order(_busy_enough([(b, m) for b, m, _ in finalists], hardware.cores))
     by_key = {_key(b): p for b, _, p in finalists}
     if not ranked:                 # nothing priced finite: keep the initial blocks
