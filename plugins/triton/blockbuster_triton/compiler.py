@@ -7,7 +7,7 @@ Triton version) and imported from there, once per process. On a GPU, Triton
 compiles each kernel on its first launch and caches the binary itself
 (``~/.triton/cache``); under the interpreter the kernels run as Python on NumPy.
 
-A call copies the inputs into float32 buffers on the device (the other arrays start
+A call copies the inputs into buffers of the program's dtype (float32 or float64) on the device (the other arrays start
 as zeros, as the reference's do), launches the kernels in program order and copies
 the outputs back as NumPy arrays.
 """
@@ -88,10 +88,11 @@ def _first_line(err: Exception) -> str:
 class CompiledModule:
     """A program's generated module, imported: call it with NumPy inputs by name."""
 
-    def __init__(self, program, directory: Path | None = None):
+    def __init__(self, program, dtype: np.dtype, directory: Path | None = None):
         self.program = program
+        self.dtype = np.dtype(dtype)
         start = time.perf_counter()
-        self.source = generate_source(program)
+        self.source = generate_source(program, self.dtype.name)
         self.codegen_seconds = time.perf_counter() - start
         self.key = cache_key(self.source)
         stem = re.sub(r"\W", "_", program.name)[:40] or "program"
@@ -110,11 +111,11 @@ class CompiledModule:
         buffers = {}
         for a in p.arrays:
             if a.name in p.inputs:
-                arr = np.ascontiguousarray(inputs[a.name], dtype=np.float32)
+                arr = np.ascontiguousarray(inputs[a.name], dtype=self.dtype)
                 buffers[a.name] = torch.from_numpy(arr.copy()).to(device)
             else:
-                buffers[a.name] = torch.zeros(p.shape(a.name), dtype=torch.float32,
-                                              device=device)
+                buffers[a.name] = torch.zeros(p.shape(a.name), device=device,
+                                              dtype=getattr(torch, self.dtype.name))
         try:
             self.module.run(buffers)
             if device == "cuda":
@@ -128,6 +129,7 @@ class CompiledModule:
 
 
 def compile_module(program, dtype=np.float32, cache_dir=None, **_ignored) -> CompiledModule:
-    if np.dtype(dtype) != np.float32:
-        raise BackendError(f"triton: dtype must be float32, got {np.dtype(dtype)}")
-    return CompiledModule(program, None if cache_dir is None else Path(cache_dir))
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise BackendError(f"triton: dtype must be float32 or float64, got {dtype}")
+    return CompiledModule(program, dtype, None if cache_dir is None else Path(cache_dir))

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from blockbuster.ir.ops import OPS
 
-_SIGMOID = "tl.sigmoid({0})"
+#: Inline (tl.sigmoid is a @triton.jit helper: a call costs milliseconds in the
+#: interpreter). exp(-x) = inf for x < -88 gives 0, the limit.
+_SIGMOID = "(1.0 / (1.0 + tl.exp(-{0})))"
 
 ELEMENTWISE_CODE = {
     "neg": "(-{0})",
@@ -27,16 +29,11 @@ ELEMENTWISE_CODE = {
     "rsqrt": "(1.0 / tl.sqrt_rn({0}))",
     "square": "({0} * {0})",
     "abs": "tl.abs({0})",
-    "silu": "({0} * tl.sigmoid({0}))",
+    "silu": "({0} / (1.0 + tl.exp(-{0})))",
     "sigmoid": _SIGMOID,
-    # tanh(x) = sign(x)(1 - e)/(1 + e), e = exp(-2|x|): no overflow for any x.
-    "tanh": "tl.where({0} < 0.0, -1.0, 1.0) * (1.0 - tl.exp(-2.0 * tl.abs({0}))) "
-            "/ (1.0 + tl.exp(-2.0 * tl.abs({0})))",
     "ones": "tl.full({shape}, 1.0, tl.float32)",
     "relu": "tl.maximum({0}, 0.0)",
     "erf": "tl.erf({0})",
-    # x·½(1 + erf(x/√2))
-    "gelu": "(0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476)))",
     # x / (1 + exp(-2u)), u = √(2/π)(x + 0.044715x³): the reference's form
     "gelu_tanh": "({0} / (1.0 + tl.exp(-1.5957691216057308 * ({0} + 0.044715 * {0} * {0} * {0}))))",
     "add": "({0} + {1})",
@@ -53,6 +50,42 @@ ELEMENTWISE_CODE = {
     "ne": "tl.where({0} != {1}, 1.0, 0.0)",
     "where": "tl.where({0} != 0.0, {1}, {2})",
 }
+
+
+
+def _tanh_lines(x: str, fresh) -> tuple[list[str], str]:
+    # sign(x)(1 - e)/(1 + e), e = exp(-2|x|), overflows nowhere; below |x| = 1/8 its
+    # cancellation would cost digits, and the Taylor series to x^7 is exact to 4e-10.
+    a, e, x2, r = fresh("a"), fresh("e"), fresh("x2"), fresh("tanh")
+    return [f"{a} = tl.abs({x})",
+            f"{e} = tl.exp(-2.0 * {a})",
+            f"{x2} = {x} * {x}",
+            f"{r} = tl.where({a} < 0.125, {x} * (1.0 + {x2} * (-0.3333333333333333 + {x2} * "
+            f"(0.13333333333333333 - 0.05396825396825397 * {x2}))), "
+            f"tl.where({x} < 0.0, -1.0, 1.0) * (1.0 - {e}) / (1.0 + {e}))"], r
+
+
+def _gelu_lines(x: str, fresh) -> tuple[list[str], str]:
+    # x·½·erfc(-x/√2) in float64 (as the reference: -x/√2 must not round to float32,
+    # and 1 + erf(x/√2) cancels in the left tail). erfc(z) for z > 4 is Numerical
+    # Recipes' erfcc (relative error < 1.2e-7, the float32 result's half ulp); below,
+    # 1 - erf(z) loses under 1e-8.
+    w, z, t, r = fresh("w"), fresh("z"), fresh("t"), fresh("gelu")
+    poly = "0.17087277"
+    for c in ("-0.82215223", "1.48851587", "-1.13520398", "0.27886807", "-0.18628806",
+              "0.09678418", "0.37409196", "1.00002368"):
+        poly = f"({c} + {t} * {poly})"
+    return [f"{w} = {x}.to(tl.float64)",
+            f"{z} = -{w} * 0.7071067811865476",
+            f"{t} = 1.0 / (1.0 + 0.5 * tl.abs({z}))",
+            f"{r} = (0.5 * {w} * tl.where({z} > 4.0, "
+            f"{t} * tl.exp(-{z} * {z} - 1.26551223 + {t} * {poly}), "
+            f"1.0 - tl.erf({z}))).to(tl.float32)"], r
+
+
+#: Elementwise operators of several statements: ``(operand, fresh) -> (lines,
+#: result)``, ``fresh(stem)`` naming each local.
+ELEMENTWISE_LINES = {"tanh": _tanh_lines, "gelu": _gelu_lines}
 
 #: Block operators -> the function of ``codegen/expressions.py`` that lowers them.
 BLOCK_CODE = {
@@ -71,7 +104,7 @@ STRUCTURAL_CODE = {
     "proj": "emit_proj", "get": "emit_get", "map": "emit_map", "reduce": "emit_reduce",
 }
 
-LOWERED_OPS = frozenset(ELEMENTWISE_CODE) | frozenset(BLOCK_CODE) | frozenset(STRUCTURAL_CODE)
+LOWERED_OPS = frozenset(ELEMENTWISE_CODE) | frozenset(ELEMENTWISE_LINES) | frozenset(BLOCK_CODE) | frozenset(STRUCTURAL_CODE)
 
 #: A NaN-propagating max of ``{x}`` (a name) along ``axis``: tl.max drops NaN on GPUs.
 #: (A tl.reduce with a custom combiner would not, but the interpreter runs it one

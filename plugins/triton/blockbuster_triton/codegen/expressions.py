@@ -13,7 +13,8 @@ from blockbuster.errors import BackendError
 from blockbuster.ir.expr import Expr
 from blockbuster.ir.ops import OPS
 
-from ..lowering import BLOCK_CODE, BROADCAST, ELEMENTWISE_CODE, INBLOCK, STRUCTURAL_CODE
+from ..lowering import (BLOCK_CODE, BROADCAST, ELEMENTWISE_CODE, ELEMENTWISE_LINES, INBLOCK,
+                        STRUCTURAL_CODE)
 from .indices import axis_mask, block_access, index_value
 from .values import Axis, Binding, Block, Frame, arange, shape_code
 
@@ -39,6 +40,11 @@ def emit(g, node: Expr, frame: Frame):
         axes = next((a.axes for a in args if a.axes), ())
         code = ELEMENTWISE_CODE[op].format(*(a.code for a in args), shape=shape_code(axes))
         return assign(g, frame, code, axes)
+    if op in ELEMENTWISE_LINES:
+        x = g.value(node.args[0], frame)
+        lines, result = ELEMENTWISE_LINES[op](x.code, g.names.fresh)
+        frame.lines.extend(lines)
+        return Block(result, x.axes)
     fn = _EMIT.get(op)
     if fn is None:
         raise BackendError(f"triton: no lowering for operator '{op}'")
