@@ -4,7 +4,8 @@ The registry (``blockbuster.ir.ops.OPS``, ``blockbuster.ir.combiners.COMBINERS``
 what an operator is; this module says only what it becomes in Triton. Elementwise
 operators are expression templates over whole blocks (``{0}``, ``{1}``, ``{2}`` are
 the operands' Triton values, a scalar broadcasts; ``{shape}`` is the result's padded
-shape). ``INF``/``NAN`` are defined by the generated module; ``max``/``min`` and the
+shape). ``INF``/``NAN`` and the reductions' ``sum_combine``/``max_combine`` are defined
+by the generated module; ``max``/``min`` and the
 max reductions propagate NaN, like ``np.maximum``/``np.max``. Everything is inline
 (a call of a ``@triton.jit`` helper costs milliseconds under the interpreter). Block operators, leaves and
 binders are lowered by ``codegen/expressions.py``; they are listed here with what
@@ -109,14 +110,21 @@ LOWERED_OPS = frozenset(ELEMENTWISE_CODE) | frozenset(ELEMENTWISE_LINES) | froze
 #: A NaN-propagating max of ``{x}`` (a name) along ``axis``: tl.max drops NaN on GPUs.
 #: (A tl.reduce with a custom combiner would not, but the interpreter runs it one
 #: element at a time.)
-MAX_ALONG = ("tl.where(tl.max(tl.where({{x}} != {{x}}, 1.0, 0.0), axis={axis}) > 0.0, NAN, "
-             "tl.max({{x}}, axis={axis}))")
+MAX_ALONG = ("tl.where(tl.reduce(tl.where({{x}} != {{x}}, 1.0, 0.0), {axis}, sum_combine) > 0.0, "
+             "NAN, tl.reduce({{x}}, {axis}, max_combine))")
+
+
+def row_sum(x: str, axis: int = 1) -> str:
+    """The sum of ``x`` along ``axis``. ``tl.reduce`` with Triton's own combiner (the
+    module's ``sum_combine``) rather than ``tl.sum``: the interpreter runs both as one
+    NumPy sum, but a call of the ``@triton.jit`` ``tl.sum`` costs it ~3 ms more."""
+    return f"tl.reduce({x}, {axis}, sum_combine)"
 
 #: In-block reductions: (axis reduced, fill of masked elements, Triton reduction).
 INBLOCK = {
-    "rowsum": (1, "0.0", "tl.sum({x}, axis=1)"),
+    "rowsum": (1, "0.0", row_sum("{x}", 1)),
     "rowmax": (1, "-INF", MAX_ALONG.format(axis=1)),
-    "colsum": (0, "0.0", "tl.sum({x}, axis=0)"),
+    "colsum": (0, "0.0", row_sum("{x}", 0)),
     "colmax": (0, "-INF", MAX_ALONG.format(axis=0)),
 }
 

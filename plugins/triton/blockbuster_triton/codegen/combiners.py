@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from blockbuster.errors import BackendError
 
-from ..lowering import MAX_ALONG
+from ..lowering import MAX_ALONG, row_sum
 from .expressions import assign, masked
 from .indices import index_value
 from .values import Binding, Block, Frame, indent, shape_code
@@ -84,7 +84,7 @@ def fold_online_softmax(g, node, body, accs, single=False):
     x = g.value(node.args[0], body)
     rows = (x.axes[0],)
     m = accs.new(Block("", rows), "-INF")
-    logits = masked(x, 1, "-INF")
+    logits = masked(g, body, x, 1, "-INF")
     if logits != x.code:
         logits = assign(g, body, logits, x.axes).code
     row_max = assign(g, body, MAX_ALONG.format(axis=1).format(x=logits), rows)
@@ -126,13 +126,13 @@ def fold_meanvar(g, node, body, accs, single=False):
     lines.append(f"{first} = {n.code} == 0.0")
     lines.append(f"{nb} = ({ext}) * 1.0")
     # Means in the frame of each row's first element (O(sigma), not O(mean)).
-    col0 = f"tl.sum(tl.where((ar_{col.dim.name} == 0)[None, :], {x.code}, 0.0), axis=1)"
+    col0 = row_sum(f"tl.where((ar_{col.dim.name} == 0)[None, :], {x.code}, 0.0)")
     lines.append(f"{shift.code} = tl.where({first}, {col0}, {shift.code})")
     xs = assign(g, body, f"{x.code} - {shift.code}[:, None]", x.axes)
-    mean_b = assign(g, body, f"tl.sum({masked(xs, 1, '0.0')}, axis=1) / {nb}", rows)
+    mean_b = assign(g, body, f"{row_sum(masked(g, body, xs, 1, '0.0'))} / {nb}", rows)
     dev = assign(g, body, f"{xs.code} - {mean_b.code}[:, None]", x.axes)
     dev2 = Block(f"({dev.code} * {dev.code})", x.axes)
-    q_b = assign(g, body, f"tl.sum({masked(dev2, 1, '0.0')}, axis=1)", rows)
+    q_b = assign(g, body, row_sum(masked(g, body, dev2, 1, "0.0")), rows)
     total = g.names.fresh("total")
     delta = g.names.fresh("delta")
     lines.append(f"{total} = {n.code} + {nb}")
@@ -141,7 +141,7 @@ def fold_meanvar(g, node, body, accs, single=False):
                  f"{delta} * {delta} * ({n.code} * {nb} / {total}))")
     lines.append(f"{mean.code} = tl.where({first}, {mean_b.code}, "
                  f"{mean.code} + {delta} * ({nb} / {total}))")
-    lines.append(f"{s.code} = {s.code} + tl.sum({masked(x, 1, '0.0')}, axis=1)")
+    lines.append(f"{s.code} = {s.code} + {row_sum(masked(g, body, x, 1, '0.0'))}")
     lines.append(f"{n.code} = {total}")
     terms = [g.value(t, body) for t in node.args[1:]]
     sums = [accs.new(t, "0.0") for t in terms]

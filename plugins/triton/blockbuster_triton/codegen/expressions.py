@@ -15,7 +15,7 @@ from blockbuster.ir.ops import OPS
 
 from ..lowering import (BLOCK_CODE, BROADCAST, ELEMENTWISE_CODE, ELEMENTWISE_LINES, INBLOCK,
                         STRUCTURAL_CODE)
-from .indices import axis_mask, block_access, index_value
+from .indices import axis_mask, block_access, index_value, positions
 from .values import Axis, Binding, Block, Frame, arange, shape_code
 
 
@@ -25,9 +25,9 @@ def assign(g, frame: Frame, code: str, axes, zero_padded: bool = False, stem: st
     return Block(name, tuple(axes), zero_padded)
 
 
-def masked(x: Block, which: int, fill: str) -> str:
+def masked(g, frame: Frame, x: Block, which: int, fill: str) -> str:
     """``x`` with the padding of axis ``which`` set to ``fill`` (code)."""
-    m = axis_mask(x.axes, which)
+    m = axis_mask(g, frame, x.axes, which)
     if m is None or (x.zero_padded and fill == "0.0"):
         return x.code
     return f"tl.where({m}, {x.code}, {fill})"
@@ -53,7 +53,7 @@ def emit(g, node: Expr, frame: Frame):
 
 def emit_dot(g, node, frame):
     a, b = (g.value(x, frame) for x in node.args)
-    code = (f"tl.dot({masked(a, 1, '0.0')}, {masked(b, 0, '0.0')}, "
+    code = (f"tl.dot({masked(g, frame, a, 1, '0.0')}, {masked(g, frame, b, 0, '0.0')}, "
             f"input_precision=\"ieee\")")
     return assign(g, frame, code, (a.axes[0], b.axes[1]), a.zero_padded and b.zero_padded)
 
@@ -62,7 +62,7 @@ def emit_inblock(g, node, frame):
     x = g.value(node.args[0], frame)
     axis, fill, template = INBLOCK[node.op]
     kept = x.axes[1 - axis]
-    operand = masked(x, axis, fill)
+    operand = masked(g, frame, x, axis, fill)
     if operand != x.code and template.count("{x}") > 1:
         operand = assign(g, frame, operand, x.axes).code     # used more than once
     return assign(g, frame, template.format(x=operand), (kept,))
@@ -117,7 +117,7 @@ def emit_load(g, node, frame):
     name = node.attr.array
     dims = g.m.array_dims[name]
     blocks = [index_value(ix, frame) for ix in node.attr.index]
-    offsets, mask, axes = block_access(dims, blocks, g.m.strides[name])
+    offsets, mask, axes = block_access(g, frame, dims, blocks, g.m.strides[name])
     ptr = g.m.arg_names[name]
     if mask is None:
         code = f"tl.load({ptr} + {offsets})"
@@ -133,10 +133,7 @@ def emit_const(g, node, frame):
 def emit_pos(g, node, frame):
     d = g.m.dims[node.attr.dim]
     axis = Axis(d, index_value(node.attr.index, frame))
-    start = axis.start()
-    code = f"({arange(d)} + {start}).to(tl.float32)" if start != "0" else \
-        f"{arange(d)}.to(tl.float32)"
-    return assign(g, frame, code, (axis,), stem="p")
+    return assign(g, frame, f"{positions(g, frame, axis)}.to(tl.float32)", (axis,), stem="p")
 
 
 def emit_runmax(g, node, frame):
@@ -156,14 +153,24 @@ def emit_get(g, node, frame):
 
 
 def select(g, frame, items: list, index: str):
-    """Item ``index`` (runtime code) of a map array: a chain of ``tl.where``."""
+    """Item ``index`` (runtime code) of a map array: a chain of ``tl.where``. An axis
+    along which item k is block k (the map's own dimension) is at block ``index``."""
     if isinstance(items[0], list):
         return [select(g, frame, [it[k] for it in items], index) for k in range(len(items[0]))]
+    axes = []
+    for pos, axis in enumerate(items[0].axes):
+        blocks = [it.axes[pos].block for it in items]
+        if all(b == blocks[0] for b in blocks):
+            axes.append(axis)
+        elif blocks == list(range(len(items))):
+            axes.append(Axis(axis.dim, index))
+        else:
+            raise BackendError(f"triton: a map array whose items lie at blocks {blocks} "
+                               f"of {axis.dim.name} is read at a runtime index")
     out = items[0]
     for k, item in enumerate(items[1:], start=1):
-        out = assign(g, frame, f"tl.where({index} == {k}, {item.code}, {out.code})",
-                     item.axes)
-    return out
+        out = assign(g, frame, f"tl.where({index} == {k}, {item.code}, {out.code})", axes)
+    return Block(out.code, tuple(axes))
 
 
 def emit_map(g, node, frame):

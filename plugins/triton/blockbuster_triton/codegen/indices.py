@@ -28,7 +28,40 @@ def index_value(ix: Idx, frame: Frame):
     raise TypeError(f"not a block index: {ix!r}")
 
 
-def block_access(dims: list[Dim], blocks: list, strides: list[int]):
+def named(g, frame: Frame, key: tuple, code: str, stem: str = "v") -> str:
+    """``code`` computed once per scope: the name a scope or one around it gave it,
+    else a fresh one assigned in ``frame`` (every Triton operation costs the
+    interpreter about a millisecond; masks and positions recur in every access)."""
+    f = frame
+    while f is not None:
+        hit = f.memo.get(key)
+        if hit is not None:
+            return hit
+        f = f.parent
+    name = g.names.fresh(stem)
+    frame.lines.append(f"{name} = {code}")
+    frame.memo[key] = name
+    return name
+
+
+def positions(g, frame: Frame, axis: Axis) -> str:
+    """Code of the axis's element positions along its dimension."""
+    start = axis.start()
+    if start == "0":
+        return arange(axis.dim)
+    return named(g, frame, ("pos", axis.dim.name, axis.block),
+                 f"{start} + {arange(axis.dim)}", stem="pos")
+
+
+def valid(g, frame: Frame, axis: Axis) -> str | None:
+    """The name of the axis's mask of valid elements; None when all are valid."""
+    m = axis.mask()
+    if m is None:
+        return None
+    return named(g, frame, ("mask", axis.dim.name, axis.block), m, stem="mask")
+
+
+def block_access(g, frame: Frame, dims: list[Dim], blocks: list, strides: list[int]):
     """``(offsets, mask, axes)`` of the block of an array at ``blocks`` (one index
     per dimension of the array): the element offsets as Triton code broadcast over
     the block's axes (the array's tiled dimensions, in order), the mask of its
@@ -45,13 +78,11 @@ def block_access(dims: list[Dim], blocks: list, strides: list[int]):
         sel = _broadcast(position, len(axes))
         axis = axes[position]
         position += 1
-        ar = f"{arange(d)}{sel}"
-        start = axis.start()
-        pos = ar if start == "0" else f"({start} + {ar})"
+        pos = positions(g, frame, axis) + sel
         vector_parts.append(pos if stride == 1 else f"{pos} * {stride}")
-        m = axis.mask()
+        m = valid(g, frame, axis)
         if m is not None:
-            masks.append(f"({m}){sel}")
+            masks.append(f"{m}{sel}")
     offsets = " + ".join(scalar_parts + vector_parts) or "0"
     mask = " & ".join(masks) if masks else None
     return offsets, mask, tuple(axes)
@@ -63,10 +94,9 @@ def _broadcast(position: int, rank: int) -> str:
     return "[" + ", ".join(":" if i == position else "None" for i in range(rank)) + "]"
 
 
-def axis_mask(axes: tuple, which: int) -> str | None:
+def axis_mask(g, frame: Frame, axes: tuple, which: int) -> str | None:
     """The mask of axis ``which`` broadcast over ``axes``; None when it is full."""
-    m = axes[which].mask()
+    m = valid(g, frame, axes[which])
     if m is None:
         return None
-    sel = _broadcast(which, len(axes))
-    return f"({m}){sel}"
+    return m + _broadcast(which, len(axes))

@@ -30,6 +30,22 @@ import triton.language as tl
 INF = tl.constexpr(float("inf"))
 NAN = tl.constexpr(float("nan"))
 
+
+@triton.jit
+def add_(a, b):
+    return a + b
+
+
+@triton.jit
+def maximum_(a, b):
+    return tl.maximum(a, b)
+
+
+# Triton's own combiners when it has them: the interpreter runs a reduction with
+# them as one NumPy call (with any other combiner, one element at a time).
+sum_combine = getattr(tl.standard, "_sum_combine", add_)
+max_combine = getattr(tl.standard, "_elementwise_max", maximum_)
+
 '''
 
 

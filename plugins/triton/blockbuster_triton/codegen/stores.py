@@ -27,7 +27,8 @@ def _store(g, store, frame, blocks: list, value) -> None:
             _store(g, store, frame, blocks + [index_value(ix, frame)], value)
         return
     name = store.array
-    offsets, mask, axes = block_access(g.m.array_dims[name], blocks, g.m.strides[name])
+    offsets, mask, axes = block_access(g, frame, g.m.array_dims[name], blocks,
+                                       g.m.strides[name])
     if value.axes and tuple(a.size for a in value.axes) != tuple(a.size for a in axes):
         raise BackendError(f"triton: the value stored to {name} has padded shape "
                            f"{tuple(a.size for a in value.axes)}, the block "
