@@ -6,9 +6,10 @@ derived from the IR alone) and runs it on a CUDA GPU, or on the CPU under Triton
 interpreter (``TRITON_INTERPRET=1``) when no GPU is found.
 
     import blockbuster as bb
-    run = bb.compile(bb.fuse(bb.workload("attention"), hardware=backend).program,
-                     backend="triton")
-    out = run(Q=q, K=k, V=v)["O"]
+    from blockbuster.backends.registry import get_backend
+    triton = get_backend("triton")
+    run = triton.compile(bb.fuse(program, hardware=triton.hardware).program)
+    outputs = run(**inputs)
     print(run.source)            # the generated kernels
 
 Fusion is priced for a GPU description (:mod:`.hardware`): the detected device,

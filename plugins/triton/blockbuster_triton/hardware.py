@@ -38,6 +38,16 @@ class GpuHardware(Hardware):
     l2_bandwidth_bytes_per_s: float = 0.0
     memory_bytes: int = 0
 
+    def summary(self) -> str:
+        """The name and key figures on one line, in a GPU's terms (reports print it)."""
+        return (f"{self.name} ({self.cores} SMs, shared memory "
+                f"{self.local_capacity_bytes // KIB} KiB/block, registers "
+                f"{self.registers_bytes_per_sm // KIB} KiB/SM, HBM "
+                f"{self.global_bandwidth_bytes_per_s / 1e9:.0f} GB/s, L2 "
+                f"{self.l2_bytes // MIB} MiB at ~{self.l2_bandwidth_bytes_per_s / 1e9:.0f} GB/s, "
+                f"shared {self.local_bandwidth_bytes_per_s / 1e9:.0f} GB/s, "
+                f"{self.peak_flops / 1e9:.0f} GFLOP/s, {8 * self.element_bytes}-bit)")
+
 
 def _gpu(name, sms, smem_per_block_kib, hbm_gbps, smem_tbps, fp32_tflops, l2_mib,
          l2_tbps, memory_gib) -> GpuHardware:
