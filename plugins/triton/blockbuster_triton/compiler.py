@@ -104,21 +104,37 @@ class CompiledModule:
                 module = _MODULES[self.key] = _import(self.path, self.source, program.name)
         self.module = module
 
-    def __call__(self, inputs) -> dict:
+    def buffers(self, inputs) -> dict:
+        """Device buffers for every array of the program: the inputs copied (any
+        array-like, NumPy or torch), the others zeros (as the reference's start)."""
         import torch
-        device = ENVIRONMENT.device
-        p = self.program
-        buffers = {}
+        device, p = ENVIRONMENT.device, self.program
+        dtype = getattr(torch, self.dtype.name)
+        out = {}
         for a in p.arrays:
             if a.name in p.inputs:
-                arr = np.ascontiguousarray(inputs[a.name], dtype=self.dtype)
-                buffers[a.name] = torch.from_numpy(arr.copy()).to(device)
+                value = inputs[a.name]
+                if isinstance(value, torch.Tensor):
+                    out[a.name] = value.to(device=device, dtype=dtype).contiguous()
+                else:
+                    arr = np.array(value, dtype=self.dtype, order="C", copy=True)
+                    out[a.name] = torch.from_numpy(arr).to(device)
             else:
-                buffers[a.name] = torch.zeros(p.shape(a.name), device=device,
-                                              dtype=getattr(torch, self.dtype.name))
+                out[a.name] = torch.zeros(p.shape(a.name), device=device, dtype=dtype)
+        return out
+
+    def launch(self, buffers: dict) -> None:
+        """Launch the kernels on device ``buffers`` (asynchronously on a GPU): what a
+        benchmark times, without the copies of a call."""
+        self.module.run(buffers)
+
+    def __call__(self, inputs) -> dict:
+        import torch
+        p = self.program
+        buffers = self.buffers(inputs)
         try:
-            self.module.run(buffers)
-            if device == "cuda":
+            self.launch(buffers)
+            if ENVIRONMENT.device == "cuda":
                 torch.cuda.synchronize()
         except BackendError:
             raise
