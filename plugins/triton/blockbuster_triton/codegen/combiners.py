@@ -23,7 +23,7 @@ from blockbuster.errors import BackendError
 
 from ..lowering import MAX_ALONG, row_sum
 from .expressions import assign, masked
-from .indices import index_value
+from .indices import index_value, substitute_var
 from .values import Binding, Block, Frame, indent, shape_code
 
 
@@ -59,8 +59,8 @@ def _rows(alpha: str, value) -> str:
     return alpha if len(value.axes) == 1 else f"{alpha}[:, None]"
 
 
-def fold_sum(g, node, body, accs, single=False):
-    terms = [g.value(t, body) for t in node.args]
+def fold_sum(g, bodies, body, accs, single=False):
+    terms = [g.value(t, body) for t in bodies]
     if single:
         return terms                 # one trip: the terms themselves, as the reference
     outs = [accs.new(t, "0.0") for t in terms]
@@ -69,8 +69,8 @@ def fold_sum(g, node, body, accs, single=False):
     return outs
 
 
-def fold_max(g, node, body, accs, single=False):
-    terms = [g.value(t, body) for t in node.args]
+def fold_max(g, bodies, body, accs, single=False):
+    terms = [g.value(t, body) for t in bodies]
     if single:
         return terms
     outs = [accs.new(t, "-INF") for t in terms]
@@ -79,9 +79,9 @@ def fold_max(g, node, body, accs, single=False):
     return outs
 
 
-def fold_online_softmax(g, node, body, accs, single=False):
-    var = node.attr.var
-    x = g.value(node.args[0], body)
+def fold_online_softmax(g, bodies, body, accs, single=False):
+    var = next(iter(body.binds))
+    x = g.value(bodies[0], body)
     rows = (x.axes[0],)
     m = accs.new(Block("", rows), "-INF")
     logits = masked(g, body, x, 1, "-INF")
@@ -94,7 +94,7 @@ def fold_online_softmax(g, node, body, accs, single=False):
     seen = assign(g, body, f"tl.where({m_new.code} == -INF, 0.0, {m_new.code})", rows,
                   stem="runmax")
     body.runmax[var] = seen
-    terms = [g.value(t, body) for t in node.args[1:]]
+    terms = [g.value(t, body) for t in bodies[1:]]
     sums = [accs.new(t, "0.0") for t in terms]
     alpha = assign(g, body, f"tl.exp({m.code} - {seen.code})", rows, stem="alpha")
 
@@ -111,8 +111,8 @@ def fold_online_softmax(g, node, body, accs, single=False):
     return [m] + sums
 
 
-def fold_meanvar(g, node, body, accs, single=False):
-    x = g.value(node.args[0], body)
+def fold_meanvar(g, bodies, body, accs, single=False):
+    x = g.value(bodies[0], body)
     rows, col = (x.axes[0],), x.axes[1]
     n = accs.new(Block(""), "0.0")
     mean = accs.new(Block("", rows), "0.0")
@@ -143,7 +143,7 @@ def fold_meanvar(g, node, body, accs, single=False):
                  f"{mean.code} + {delta} * ({nb} / {total}))")
     lines.append(f"{s.code} = {s.code} + {row_sum(masked(g, body, x, 1, '0.0'))}")
     lines.append(f"{n.code} = {total}")
-    terms = [g.value(t, body) for t in node.args[1:]]
+    terms = [g.value(t, body) for t in bodies[1:]]
     sums = [accs.new(t, "0.0") for t in terms]
     for acc, t in zip(sums, terms):
         update(body, acc, t, "{acc} + {t}")
@@ -168,11 +168,15 @@ def emit_reduce(g, node, frame: Frame):
     body = Frame(frame)
     accs = Accumulators(g)
     if single:
+        # One trip: the bodies for that block, so what does not depend on it is hoisted.
         body.binds[a.var] = Binding(a.var, lo)
+        memo: dict = {}
+        bodies = [substitute_var(t, a.var, lo, memo) for t in node.args]
     else:
         loop_var = g.names.fresh(a.var + "_")
         body.binds[a.var] = Binding(a.var, loop_var)
-    outs = fold(g, node, body, accs, single)
+        bodies = list(node.args)
+    outs = fold(g, bodies, body, accs, single)
     frame.lines.extend(accs.init)
     if single:
         frame.lines.extend(body.lines)

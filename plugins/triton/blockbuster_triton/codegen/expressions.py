@@ -15,7 +15,7 @@ from blockbuster.ir.ops import OPS
 
 from ..lowering import (BLOCK_CODE, BROADCAST, ELEMENTWISE_CODE, ELEMENTWISE_LINES, INBLOCK,
                         STRUCTURAL_CODE)
-from .indices import axis_mask, block_access, index_value, positions
+from .indices import axis_mask, block_access, index_value, positions, substitute_var
 from .values import Axis, Binding, Block, Frame, arange, shape_code
 
 
@@ -180,7 +180,7 @@ def emit_map(g, node, frame):
     for b in range(d.nblocks):
         inner = Frame(frame, share_lines=True)
         inner.binds[a.var] = Binding(a.var, b)
-        out.append(g.value(node.args[0], inner))
+        out.append(g.value(substitute_var(node.args[0], a.var, b, {}), inner))
     return out
 
 

@@ -8,7 +8,9 @@ heads) is integer division of non-negative indices in both.
 
 from __future__ import annotations
 
+from blockbuster.ir.expr import Expr
 from blockbuster.ir.index import IBin, IConst, IVar, Idx
+from blockbuster.ir.walk import bound_var, reindex
 from blockbuster.ir.types import Dim
 
 from .values import Axis, Frame, arange
@@ -100,3 +102,26 @@ def axis_mask(g, frame: Frame, axes: tuple, which: int) -> str | None:
     if m is None:
         return None
     return m + _broadcast(which, len(axes))
+
+
+def substitute_var(node: Expr, var: str, value: int, memo: dict) -> Expr:
+    """``node`` with the block index ``var`` replaced by the constant ``value`` in its
+    loads, positions and reduction bounds (below a binder of ``var``, only in that
+    binder's bounds). ``get``/``runmax`` keep naming ``var``: the scope still binds it.
+    A body evaluated for one known block then depends on nothing it does not read,
+    so placement hoists a load that is the same for every trip out of the loops."""
+    mapping = {var: IConst(value)}
+
+    def go(n: Expr) -> Expr:
+        if var not in n.free_vars:
+            return n
+        hit = memo.get(n)
+        if hit is None:
+            args = n.args if bound_var(n) == var else tuple(go(a) for a in n.args)
+            hit = Expr(n.op, args, n.attr)
+            if n.op not in ("runmax", "get"):
+                hit = reindex(hit, mapping)
+            memo[n] = hit
+        return hit
+
+    return go(node)
