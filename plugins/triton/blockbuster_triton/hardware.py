@@ -38,6 +38,10 @@ class GpuHardware(Hardware):
     l2_bandwidth_bytes_per_s: float = 0.0
     memory_bytes: int = 0
 
+    def as_dict(self) -> dict:
+        """The :class:`Hardware` fields only: reports rebuild a ``Hardware`` from it."""
+        return {f.name: getattr(self, f.name) for f in attrs.fields(Hardware)}
+
     def summary(self) -> str:
         """The name and key figures on one line, in a GPU's terms (reports print it)."""
         return (f"{self.name} ({self.cores} SMs, shared memory "
