@@ -57,7 +57,23 @@ def detect() -> Environment:
     if gpu is not None:
         return Environment("gpu", "cuda", gpu, triton.__version__)
     why = "TRITON_INTERPRET=1 was set" if forced else "no CUDA GPU found"
+    _skip_overflow_checks()
     return Environment("interpreter", "cpu", why, triton.__version__)
+
+
+def _skip_overflow_checks() -> None:
+    """The interpreter checks every int32 add and multiply for overflow (a debugging
+    aid compiled kernels do not have), which costs it half of its time on the
+    generated index arithmetic; the offsets here are bounded by the arrays' sizes.
+    Left on if this Triton keeps its interpreter's options elsewhere."""
+    try:
+        import dataclasses
+
+        from triton.runtime import interpreter
+        builder = interpreter.interpreter_builder
+        builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
+    except Exception:
+        pass
 
 
 #: The environment of this process.
