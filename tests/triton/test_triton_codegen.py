@@ -16,7 +16,8 @@ from blockbuster.errors import BackendError
 from blockbuster.frontend.workloads import WORKLOADS, workload
 from blockbuster.ir.parser import parse_program
 from blockbuster.oracles import oracle
-from blockbuster_triton import generate_source
+from blockbuster_triton import GPUS, generate_source
+from blockbuster_triton.crosscompile import cross_compile
 
 PLUGIN = Path(blockbuster_triton.__file__).parent
 
@@ -133,3 +134,18 @@ def test_the_plugin_names_no_workload():
              if re.search(rf"\b{n}", p.read_text(), re.IGNORECASE)]
     assert found == []
     assert len(list(PLUGIN.rglob("*.py"))) >= 10
+
+
+def test_kernels_compile_for_hopper_without_a_gpu():
+    # What the interpreter cannot check: Triton's compiler (down to a cubin, with the
+    # ptxas of its wheel) accepts the kernels for sm_90. A causal grouped-query
+    # attention and a held row of accumulators with the mean/variance combiner
+    # (loop-carried scalars, vectors and an unrolled row).
+    held = bb.fuse(workload("layernorm_matmul", blocks={"M": 16, "K": 16, "N": 16},
+                            M=20, K=40, N=24)).program
+    assert "meanvar" in str(held) and "map(" in str(held)
+    for program in (parse_program(textwrap.dedent(CAUSAL_GQA).strip() + "\n"), held):
+        kernels = cross_compile(generate_source(program), arch=90)
+        assert len(kernels) == len(program.kernels)
+        assert all(k["ok"] for k in kernels), kernels
+        assert all(0 <= k["shared"] <= GPUS["h100"].local_capacity_bytes for k in kernels)
