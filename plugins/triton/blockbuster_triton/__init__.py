@@ -21,7 +21,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-import functools
 import time
 
 import attrs

@@ -15,7 +15,6 @@ lowers them, so this one place says what the backend supports
 
 from __future__ import annotations
 
-from blockbuster.ir.ops import OPS
 
 #: Inline (tl.sigmoid is a @triton.jit helper: a call costs milliseconds in the
 #: interpreter). exp(-x) = inf for x < -88 gives 0, the limit.
