@@ -178,3 +178,29 @@ def test_compiled_program_carries_source_and_timings(numba_backend):
     assert Path(compiled.source_path).read_text() == compiled.source
     assert compiled.compile_seconds >= compiled.jit_seconds >= 0
     assert compiled.cache_hits + compiled.cache_misses == len(p.kernels)
+
+
+def test_triangular_work_is_split_evenly_over_the_threads():
+    # Causal attention: query block i reads key blocks 0..i, so its work grows with i.
+    # Numba gives each thread one contiguous chunk of a prange; the kernel visits the
+    # query blocks as 0, n-1, 1, n-2, ... so that every chunk holds equal work.
+    from blockbuster.frontend.builder import GraphBuilder
+    g = GraphBuilder("causal")
+    g.dim("T", 768, 64)           # 12 blocks: 3 pairs per thread
+    g.dim("HD", 16, 16)
+    g.dim("KD", 16, 16)
+    g.point_dim("H", 1)
+    g.point_dim("G", 1)
+    q, k, v = g.input("Q", "H", "T", "HD"), g.input("K", "G", "T", "HD"), g.input("V", "T", "KD")
+    src = generate_source(fuse(g.build(g.causal_attention(q, k, v, 0.25, name="O"))).program,
+                          threads=2)
+    m = re.search(r"for (\w+) in prange\((\d+)\):.*balanced\n\s+(\w+) = (.+)\n", src)
+    assert m, src
+    it, n, order = m.group(1), int(m.group(2)), m.group(4)
+    visited = [eval(order, {it: i}) for i in range(n)]
+    assert sorted(visited) == list(range(n))
+    work = [i + 1 for i in visited]                  # key blocks read by block i
+    halves = sum(work[:n // 2]), sum(work[n // 2:])
+    assert abs(halves[0] - halves[1]) <= 1, halves
+    # A kernel whose iterations are alike keeps the plain order.
+    assert "balanced" not in generate_source(fused("attention", N=640), threads=2)
