@@ -11,7 +11,8 @@ Per case, in one process, on the same float32 inputs (threads: ``--threads``, de
 * ``torch``  -- PyTorch eager (``torch.set_num_threads``); attention is
                 ``scaled_dot_product_attention`` (PyTorch's own CPU flash kernel),
                 causal attention with ``is_causal=True``;
-* ``fused``  -- the block program fused by ``blockbuster.fuse`` for this CPU, generated
+* ``fused``  -- the block program fused by ``blockbuster.fuse`` for this CPU (candidate
+                selection, as ``blockbuster run`` does), generated
                 and JIT-compiled by the Numba backend (blocks: the workload's defaults,
                 or ``--block``).
 
@@ -44,7 +45,7 @@ from threadpoolctl import threadpool_limits
 from blockbuster.frontend.builder import GraphBuilder
 from blockbuster.frontend.workloads import workload
 from blockbuster.oracles import oracle
-from blockbuster.rewrite.engine import fuse
+from blockbuster import fuse
 from blockbuster.validate import compare, random_inputs
 from blockbuster_numba import backend as numba_backend
 
@@ -186,7 +187,7 @@ def build(name, sizes, blocks):
         dims = workload(name, **sizes).dims
         own = {d: v for d, v in blocks.items() if any(x.name == d for x in dims)}
         unfused = workload(name, blocks=own, **sizes)
-    fused = fuse(unfused, hardware=numba_backend.hardware).program
+    fused = fuse(unfused, hardware=numba_backend.hardware).program   # as `run` fuses
     inputs = random_inputs(unfused, seed=0)
     want = causal_oracle(**inputs) if name == "causal_attention" else oracle(name, inputs)
     return unfused, fused, inputs, want
