@@ -1,58 +1,55 @@
-"""Execution speed and peak memory of the Numba backend.
+"""Speed of the Numba backend's generated fused kernels against the peers a user would pick.
 
-    python benchmarks/bench_numba.py            # the full sizes (a few minutes)
-    python benchmarks/bench_numba.py --quick    # small sizes (under a minute, warm cache)
+    python benchmarks/bench_numba.py                      # the issue-13 sizes
+    python benchmarks/bench_numba.py --quick              # small sizes (a minute)
+    python benchmarks/bench_numba.py --only attention --block N=128 --block S=128
 
-For each workload it runs, on the same inputs and in the same process:
+Per case, in one process, on the same float32 inputs (threads: ``--threads``, default 2):
 
-* ``numpy``   -- the unfused computation written as a NumPy user would (BLAS matmuls,
-                 in-place softmax / normalisation), float32;
-* ``fused``   -- the fused block program (``blockbuster.fuse``), generated and
-                 JIT-compiled by the Numba backend;
-* ``unfused`` -- the unfused block program on the Numba backend (one kernel per
-                 operator, intermediates in global memory);
-* ``hand``    -- a hand-written Numba kernel of the same algorithm as the fused
-                 program, with the same block sizes (the yardstick for the generator).
+* ``numpy``  -- the unfused computation as a NumPy user writes it (BLAS matmuls,
+                in-place softmax / normalisation; OpenBLAS on the same threads);
+* ``torch``  -- PyTorch eager (``torch.set_num_threads``); attention is
+                ``scaled_dot_product_attention`` (PyTorch's own CPU flash kernel),
+                causal attention with ``is_causal=True``;
+* ``fused``  -- the block program fused by ``blockbuster.fuse`` for this CPU (candidate
+                selection, as ``blockbuster run`` does), generated
+                and JIT-compiled by the Numba backend (blocks: the workload's defaults,
+                or ``--block``).
 
-Times are the best of ``3 x --repeat`` calls: three rounds over the variants, each
-variant's calls together after an untimed one (threads of the previous variant spin
-for a while after their work), so that load from other processes hits every variant
-alike (this machine is shared: the load average is printed). Every output is checked
-against the float64 oracle first.
+Every output is first checked against the float64 oracle. Timing: ``--repeat`` rounds
+(default 5) over the variants, interleaved; in each round a variant gets one untimed
+call and then one timed call (threads of the previous variant -- Numba's, OpenBLAS's,
+PyTorch's -- spin for a while after their work), so that load from the other users of
+this shared machine hits every variant alike. The best time of the rounds is reported;
+the spread (median / best) is printed so noise is visible.
 
-Peak memory is measured per variant in a fresh subprocess (kernels loaded from the
-cache): the growth of the resident set over the call, sampled every 0.2 ms, so it
-sees NumPy's buffers and the kernels' own scratch alike; ``tracemalloc`` (NumPy
-allocations only) is printed beside it. Inputs are excluded.
+The machine's peak is measured, not assumed: the best of 5 float32 GEMMs of 2048³
+through NumPy's BLAS on the same threads (printed as "peak"). Each variant's GFLOP/s
+counts the matmul FLOPs of the computation (2 per multiply-add; attention 4·N·S·D,
+causal half of it), and "%peak" is fused GFLOP/s over that peak.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import subprocess
 import sys
-import threading
 import time
-import tracemalloc
 
 import numpy as np
 
 import scipy.linalg.cython_blas  # noqa: F401  (Numba's BLAS, before threadpoolctl)
-from numba import njit, prange
-from threadpoolctl import ThreadpoolController
+from threadpoolctl import threadpool_limits
 
+from blockbuster.frontend.builder import GraphBuilder
 from blockbuster.frontend.workloads import workload
 from blockbuster.oracles import oracle
-from blockbuster.rewrite.engine import fuse
+from blockbuster import fuse
 from blockbuster.validate import compare, random_inputs
 from blockbuster_numba import backend as numba_backend
-from blockbuster_numba.runtime import FASTMATH, exp32, maximum, silu32
 
 F32 = np.float32
-OPTS = dict(parallel=True, fastmath=set(FASTMATH), error_model="numpy", cache=True, nogil=True)
 
 # --------------------------------------------------------------------------------------
 # NumPy, as a user writes it (unfused; BLAS matmuls; in-place elementwise work)
@@ -66,6 +63,17 @@ def numpy_attention(Q, K, V):
     np.exp(s, out=s)
     s /= s.sum(axis=1, keepdims=True)
     return {"O": s @ V}
+
+
+def numpy_causal_attention(Q, K, V):
+    q, k = Q[0], K[0]
+    s = q @ k.T
+    s *= F32(1.0 / math.sqrt(q.shape[1]))
+    s[np.triu_indices(s.shape[0], 1)] = -np.inf
+    s -= s.max(axis=1, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=1, keepdims=True)
+    return {"O": (s @ V)[None]}
 
 
 def numpy_layernorm_matmul(X, gamma, beta, W):
@@ -90,178 +98,32 @@ def numpy_rmsnorm_ffn_swiglu(X, g, W1, W3, W2):
 
 
 # --------------------------------------------------------------------------------------
-# Hand-written Numba kernels: the fused programs' algorithms, written by a person
+# PyTorch eager
 # --------------------------------------------------------------------------------------
 
 
-@njit(**OPTS)
-def _attention_kernel(Q, K, V, O, scale, BN, BS):
-    N, D = Q.shape
-    S = K.shape[0]
-    for ib in prange((N + BN - 1) // BN):
-        i0 = ib * BN
-        R = min(BN, N - i0)
-        q = Q[i0:i0 + R]
-        m = np.full(R, -np.inf, F32)
-        l = np.zeros(R, F32)
-        acc = np.zeros((R, D), F32)
-        for jb in range((S + BS - 1) // BS):
-            j0 = jb * BS
-            C = min(BS, S - j0)
-            s = np.dot(q, K[j0:j0 + C].T)
-            for r in range(R):
-                mx = m[r]
-                for c in range(C):
-                    v = s[r, c] * scale
-                    s[r, c] = v
-                    mx = maximum(mx, v)
-                shift = F32(0.0) if mx == -np.inf else mx
-                alpha = exp32(m[r] - shift)
-                m[r] = mx
-                rs = F32(0.0)
-                for c in range(C):
-                    e = exp32(s[r, c] - shift)
-                    s[r, c] = e
-                    rs += e
-                l[r] = l[r] * alpha + rs
-                for d in range(D):
-                    acc[r, d] *= alpha
-            acc += np.dot(s, V[j0:j0 + C])
-        out = O[i0:i0 + R]
-        for r in range(R):
-            inv = F32(1.0) / l[r]
-            for d in range(D):
-                out[r, d] = acc[r, d] * inv
+def torch_variant(name):
+    import torch
+    import torch.nn.functional as F
 
-
-def hand_attention(blocks):
-    def run(Q, K, V):
-        O = np.empty_like(Q)
-        _attention_kernel(Q, K, V, O, F32(1.0 / math.sqrt(Q.shape[1])), blocks["N"], blocks["S"])
-        return {"O": O}
-    return run
-
-
-@njit(**OPTS)
-def _layernorm_matmul_kernel(X, gamma, beta, W, Y, eps, BM, BK, BN):
-    # Y = rstd * (X·(gamma∘W) - mean ⊗ colsum(gamma∘W)) + colsum(beta∘W), one pass
-    # over the k blocks of X with Chan's running mean/variance (the fused program).
-    M, K = X.shape
-    N = W.shape[1]
-    for ib in prange((M + BM - 1) // BM):
-        i0 = ib * BM
-        R = min(BM, M - i0)
-        mean = np.zeros(R, F32)
-        m2 = np.zeros(R, F32)
-        count = F32(0.0)
-        acc = np.zeros((R, N), F32)
-        cg = np.zeros(N, F32)
-        cb = np.zeros(N, F32)
-        gw = np.empty((BK, BN), F32)
-        for kb in range((K + BK - 1) // BK):
-            k0 = kb * BK
-            C = min(BK, K - k0)
-            xb = np.ascontiguousarray(X[i0:i0 + R, k0:k0 + C])
-            nb = F32(C)
-            total = count + nb
-            w1 = nb / total
-            w2 = count * nb / total
-            for r in range(R):
-                s = F32(0.0)
-                for c in range(C):
-                    s += xb[r, c]
-                mb = s / nb
-                qb = F32(0.0)
-                for c in range(C):
-                    dv = xb[r, c] - mb
-                    qb += dv * dv
-                delta = mb - mean[r]
-                mean[r] += delta * w1
-                m2[r] += qb + delta * delta * w2
-            count = total
-            gk = gamma[k0:k0 + C]
-            bk = beta[k0:k0 + C]
-            for nblk in range((N + BN - 1) // BN):
-                n0 = nblk * BN
-                Cn = min(BN, N - n0)
-                wb = W[k0:k0 + C, n0:n0 + Cn]
-                g = gw[:C, :Cn] if (C < BK or Cn < BN) else gw
-                cgv = cg[n0:n0 + Cn]
-                cbv = cb[n0:n0 + Cn]
-                for r in range(C):
-                    gr = gk[r]
-                    br = bk[r]
-                    for c in range(Cn):
-                        w = wb[r, c]
-                        v = gr * w
-                        g[r, c] = v
-                        cgv[c] += v
-                        cbv[c] += br * w
-                acc[:, n0:n0 + Cn] += np.dot(xb, np.ascontiguousarray(g))
-        out = Y[i0:i0 + R]
-        for r in range(R):
-            rstd = F32(1.0) / math.sqrt(m2[r] / count + eps)
-            mu = mean[r]
-            for c in range(N):
-                out[r, c] = rstd * (acc[r, c] - mu * cg[c]) + cb[c]
-
-
-def hand_layernorm_matmul(blocks):
-    def run(X, gamma, beta, W):
-        Y = np.empty((X.shape[0], W.shape[1]), F32)
-        _layernorm_matmul_kernel(X, gamma, beta, W, Y, F32(1e-5), blocks["M"], blocks["K"],
-                                 blocks["N"])
-        return {"Y": Y}
-    return run
-
-
-@njit(**OPTS)
-def _rmsnorm_ffn_kernel(X, g, W1, W3, W2, Y, eps, BM, BH):
-    # Per row block: the RMS scale, then for each hidden block the gate and up
-    # projections of X·(g∘W), silu(rs·a)·(rs·b), accumulated into the row strip of Y
-    # through W2 (accumulators held for the whole strip: the fused program's map).
-    M, D = X.shape
-    H = W1.shape[1]
-    for ib in prange((M + BM - 1) // BM):
-        i0 = ib * BM
-        R = min(BM, M - i0)
-        xb = X[i0:i0 + R]
-        rs = np.empty(R, F32)
-        for r in range(R):
-            s = F32(0.0)
-            for c in range(D):
-                s += xb[r, c] * xb[r, c]
-            rs[r] = F32(1.0) / math.sqrt(s / F32(D) + eps)
-        acc = np.zeros((R, D), F32)
-        g1 = np.empty((D, BH), F32)
-        g3 = np.empty((D, BH), F32)
-        for hb in range((H + BH - 1) // BH):
-            h0 = hb * BH
-            C = min(BH, H - h0)
-            w1 = W1[:, h0:h0 + C]
-            w3 = W3[:, h0:h0 + C]
-            a1 = g1[:, :C] if C < BH else g1
-            a3 = g3[:, :C] if C < BH else g3
-            for r in range(D):
-                gr = g[r]
-                for c in range(C):
-                    a1[r, c] = gr * w1[r, c]
-                    a3[r, c] = gr * w3[r, c]
-            a = np.dot(xb, np.ascontiguousarray(a1))
-            b = np.dot(xb, np.ascontiguousarray(a3))
-            for r in range(R):
-                sr = rs[r]
-                for c in range(C):
-                    a[r, c] = silu32(sr * a[r, c]) * (sr * b[r, c])
-            acc += np.dot(a, W2[h0:h0 + C])
-        Y[i0:i0 + R] = acc
-
-
-def hand_rmsnorm_ffn_swiglu(blocks):
-    def run(X, g, W1, W3, W2):
-        Y = np.empty_like(X)
-        _rmsnorm_ffn_kernel(X, g, W1, W3, W2, Y, F32(1e-6), blocks["M"], blocks["H"])
-        return {"Y": Y}
+    def run(**x):
+        t = {k: torch.from_numpy(v) for k, v in x.items()}
+        with torch.inference_mode():
+            if name == "attention":
+                o = F.scaled_dot_product_attention(t["Q"][None], t["K"][None], t["V"][None])[0]
+                return {"O": o.numpy()}
+            if name == "causal_attention":
+                o = F.scaled_dot_product_attention(t["Q"], t["K"], t["V"][None], is_causal=True)
+                return {"O": o.numpy()}
+            if name == "layernorm_matmul":
+                X = t["X"]
+                h = F.layer_norm(X, (X.shape[1],), t["gamma"], t["beta"], 1e-5)
+                return {"Y": (h @ t["W"]).numpy()}
+            if name == "rmsnorm_ffn_swiglu":
+                X = t["X"]
+                h = X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + 1e-6) * t["g"]
+                return {"Y": ((F.silu(h @ t["W1"]) * (h @ t["W3"])) @ t["W2"]).numpy()}
+        raise KeyError(name)
     return run
 
 
@@ -269,233 +131,173 @@ def hand_rmsnorm_ffn_swiglu(blocks):
 # Cases
 # --------------------------------------------------------------------------------------
 
-NUMPY = {"attention": numpy_attention, "layernorm_matmul": numpy_layernorm_matmul,
-         "rmsnorm_ffn_swiglu": numpy_rmsnorm_ffn_swiglu}
-HAND = {"attention": hand_attention, "layernorm_matmul": hand_layernorm_matmul,
-        "rmsnorm_ffn_swiglu": hand_rmsnorm_ffn_swiglu}
 
-#: (label, workload, sizes, blocks). Block sizes are a tuning choice of the fused
-#: program (the rules work with any); every variant uses the same ones. Where a
-#: matmul dominates, few large row blocks (one per core) let each BLAS call amortise
-#: its packing, and the weight scaling the fused program redoes per row block is
-#: redone only once per core.
+def causal_attention(T: int, D: int, blocks: dict) -> "Program":
+    """One head of causal attention, built with the tensor builder (the same operator
+    as the Llama workload's): Q[1, T, D], K[1, T, D], V[T, D] -> O[1, T, D]."""
+    g = GraphBuilder("causal_attention")
+    g.dim("T", T, min(T, blocks.get("T", 64)))
+    g.dim("HD", D, D)
+    g.dim("KD", D, D)
+    g.point_dim("H", 1)
+    g.point_dim("G", 1)
+    q, k, v = g.input("Q", "H", "T", "HD"), g.input("K", "G", "T", "HD"), g.input("V", "T", "KD")
+    return g.build(g.causal_attention(q, k, v, 1.0 / math.sqrt(D), name="O"))
+
+
+def causal_oracle(Q, K, V):
+    q, k, v = (np.asarray(a, np.float64) for a in (Q[0], K[0], V))
+    s = q @ k.T / math.sqrt(q.shape[1])
+    s[np.triu_indices(s.shape[0], 1)] = -np.inf
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return {"O": ((p / p.sum(axis=1, keepdims=True)) @ v)[None]}
+
+
+NUMPY = {"attention": numpy_attention, "causal_attention": numpy_causal_attention,
+         "layernorm_matmul": numpy_layernorm_matmul,
+         "rmsnorm_ffn_swiglu": numpy_rmsnorm_ffn_swiglu}
+
+#: (label, workload, sizes, matmul FLOPs)
 FULL = [
-    ("attention N=1024", "attention", {"N": 1024, "D": 64}, {"N": 64, "S": 64, "D": 64}),
-    ("attention N=4096", "attention", {"N": 4096, "D": 64}, {"N": 64, "S": 64, "D": 64}),
-    ("attention N=8192", "attention", {"N": 8192, "D": 64}, {"N": 64, "S": 64, "D": 64}),
-    ("LN+matmul 2048^3", "layernorm_matmul", {"M": 2048, "K": 2048, "N": 2048},
-     {"M": 1024, "K": 2048, "N": 256}),
-    ("RMSNorm+FFN 2048x1024x2816", "rmsnorm_ffn_swiglu", {"M": 2048, "D": 1024, "H": 2816},
-     {"M": 1024, "D": 1024, "H": 256}),
+    ("attention N=S=4096 D=64", "attention", {"N": 4096, "D": 64}, 4 * 4096 * 4096 * 64),
+    ("causal attention T=4096 D=64", "causal_attention", {"T": 4096, "D": 64},
+     2 * 4096 * 4097 * 64),
+    ("attention N=S=16384 D=64", "attention", {"N": 16384, "D": 64}, 4 * 16384 ** 2 * 64),
+    ("layernorm_matmul 2048^3", "layernorm_matmul", {"M": 2048, "K": 2048, "N": 2048},
+     2 * 2048 ** 3),
+    ("rmsnorm_ffn_swiglu 2048x1024x2816", "rmsnorm_ffn_swiglu",
+     {"M": 2048, "D": 1024, "H": 2816}, 6 * 2048 * 1024 * 2816),
 ]
 QUICK = [
-    ("attention N=512", "attention", {"N": 512, "D": 64}, {"N": 64, "S": 64, "D": 64}),
-    ("attention N=2048", "attention", {"N": 2048, "D": 64}, {"N": 64, "S": 64, "D": 64}),
-    ("LN+matmul 512^3", "layernorm_matmul", {"M": 512, "K": 512, "N": 512},
-     {"M": 256, "K": 512, "N": 128}),
-    ("RMSNorm+FFN 512x256x704", "rmsnorm_ffn_swiglu", {"M": 512, "D": 256, "H": 704},
-     {"M": 256, "D": 256, "H": 128}),
+    ("attention N=S=1024 D=64", "attention", {"N": 1024, "D": 64}, 4 * 1024 * 1024 * 64),
+    ("causal attention T=1024 D=64", "causal_attention", {"T": 1024, "D": 64},
+     2 * 1024 * 1025 * 64),
+    ("layernorm_matmul 512^3", "layernorm_matmul", {"M": 512, "K": 512, "N": 512}, 2 * 512 ** 3),
+    ("rmsnorm_ffn_swiglu 512x256x704", "rmsnorm_ffn_swiglu", {"M": 512, "D": 256, "H": 704},
+     6 * 512 * 256 * 704),
 ]
-VARIANTS = ("numpy", "fused", "unfused", "hand")
-ROUNDS = 3
+VARIANTS = ("numpy", "torch", "fused")
 
 
-def build(name, sizes, blocks, seed=0):
-    unfused = workload(name, blocks=blocks, **sizes)
-    fused = fuse(unfused, hardware=numba_backend.hardware).program   # fused for this CPU
-    inputs = random_inputs(unfused, seed=seed)
-    return unfused, fused, inputs
+def build(name, sizes, blocks):
+    """(unfused program, fused program, inputs, float64 oracle outputs)."""
+    if name == "causal_attention":
+        unfused = causal_attention(sizes["T"], sizes["D"], blocks)
+    else:
+        dims = workload(name, **sizes).dims
+        own = {d: v for d, v in blocks.items() if any(x.name == d for x in dims)}
+        unfused = workload(name, blocks=own, **sizes)
+    fused = fuse(unfused, hardware=numba_backend.hardware).program   # as `run` fuses
+    inputs = random_inputs(unfused, seed=0)
+    want = causal_oracle(**inputs) if name == "causal_attention" else oracle(name, inputs)
+    return unfused, fused, inputs, want
 
 
-def runners(name, sizes, blocks, unfused, fused):
-    compiled_f = numba_backend.compile(fused)
-    compiled_u = numba_backend.compile(unfused)
-    return {
-        "numpy": lambda x: NUMPY[name](**x),
-        "fused": compiled_f,
-        "unfused": compiled_u,
-        "hand": _blas_limited(HAND[name](blocks)),
-    }, {"fused": compiled_f, "unfused": compiled_u}
+def measure_peak(threads: int, n: int = 2048, rounds: int = 5) -> float:
+    """GFLOP/s of the best of ``rounds`` float32 GEMMs n³ through NumPy's BLAS."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((n, n)).astype(F32)
+    b = rng.standard_normal((n, n)).astype(F32)
+    best = math.inf
+    with threadpool_limits(threads, user_api="blas"):
+        a @ b
+        for _ in range(rounds):
+            t = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best / 1e9
 
 
-_CONTROLLER = []
-
-
-def _blas_limited(fn):
-    """BLAS held to one thread around the call, as the backend does it."""
-    def run(x):
-        if not _CONTROLLER:
-            _CONTROLLER.append(ThreadpoolController())
-        with _CONTROLLER[0].limit(limits=1, user_api="blas"):
-            return fn(**x)
-    return run
-
-
-# --------------------------------------------------------------------------------------
-# Peak memory (in a fresh process)
-# --------------------------------------------------------------------------------------
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_during(fn) -> tuple[int, int]:
-    """(peak RSS growth, tracemalloc peak) over one call of ``fn``."""
-    peak = [0]
-    stop = threading.Event()
-    base = _rss_bytes()
-
-    def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], _rss_bytes() - base)
-            time.sleep(0.0002)
-
-    t = threading.Thread(target=sample, daemon=True)
-    tracemalloc.start()
-    t.start()
-    try:
-        fn()
-    finally:
-        stop.set()
-        t.join()
-        _, traced = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    peak[0] = max(peak[0], _rss_bytes() - base)
-    return peak[0], traced
-
-
-def child(case_index: int, variant: str, quick: bool) -> None:
-    label, name, sizes, blocks = (QUICK if quick else FULL)[case_index]
-    unfused, fused, inputs = build(name, sizes, blocks)
-    run = runners(name, sizes, blocks, unfused, fused)[0][variant]
-    if variant == "hand":   # load the hand kernel from the cache on tiny inputs first
-        small_sizes = {k: min(v, 8) for k, v in sizes.items()}
-        small_blocks = {k: min(v, 8) for k, v in blocks.items()}
-        tiny = random_inputs(workload(name, blocks=small_blocks, **small_sizes))
-        runners(name, small_sizes, small_blocks, *build(name, small_sizes, small_blocks)[:2])[0]["hand"](tiny)
-    rss, traced = _peak_during(lambda: run(inputs))
-    print(json.dumps({"rss": rss, "traced": traced}))
-
-
-def measure_memory(case_index: int, variant: str, quick: bool) -> dict:
-    cmd = [sys.executable, __file__, "--child", str(case_index), variant] + (["--quick"] if quick else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        return {"rss": float("nan"), "traced": float("nan"), "error": out.stderr.strip()[-300:]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-# --------------------------------------------------------------------------------------
-# Main
-# --------------------------------------------------------------------------------------
-
-def _busy() -> str:
-    try:
-        out = subprocess.run(["ps", "-eo", "pcpu,comm", "--sort=-pcpu"], capture_output=True,
-                             text=True, timeout=10).stdout.splitlines()[1:]
-        busy = [l.strip() for l in out if l.strip() and float(l.split()[0]) > 20.0]
-        return ", ".join(busy[:4]) or "none"
-    except Exception:
-        return "unknown"
-
-
-def bench_case(index: int, case, repeat: int, quick: bool, memory: bool) -> dict:
-    label, name, sizes, blocks = case
-    unfused, fused, inputs = build(name, sizes, blocks)
-    runs, compiled = runners(name, sizes, blocks, unfused, fused)
-    want = oracle(name, inputs)
-    result = {"label": label, "workload": name, "sizes": sizes, "blocks": blocks,
-              "kernels": {"fused": len(fused.kernels), "unfused": len(unfused.kernels)},
-              "compile_s": {k: round(c.compile_seconds, 3) for k, c in compiled.items()},
-              "error": {}, "time_ms": {}, "median_ms": {}, "rss_mb": {}, "traced_mb": {}}
+def bench_case(case, blocks: dict, repeat: int, threads: int) -> dict:
+    label, name, sizes, flops = case
+    unfused, fused, inputs, want = build(name, sizes, blocks)
+    compiled = numba_backend.compile(fused)
+    tv = torch_variant(name)
+    runs = {"numpy": lambda: NUMPY[name](**inputs), "torch": lambda: tv(**inputs),
+            "fused": lambda: compiled(inputs)}
+    errors = {}
     for v in VARIANTS:
-        check = compare(runs[v](inputs), want)
-        result["error"][v] = check.max_rel_error
+        with threadpool_limits(threads, user_api="blas"):
+            check = compare(runs[v](), want)
+        errors[v] = check.max_rel_error
         if not check.passed:
             raise SystemExit(f"{label}: {v} is wrong: {check}")
     times = {v: [] for v in VARIANTS}
-    # Rounds over the variants, so that load from other processes hits each alike;
-    # within a round, one untimed call first: the previous variant's threads (BLAS
-    # and OpenMP threads spin for a while after their work) must not be charged to
-    # the next one.
-    for _ in range(ROUNDS):
+    for _ in range(repeat):
         for v in VARIANTS:
-            runs[v](inputs)
-            for _ in range(repeat):
-                t = time.perf_counter()
-                runs[v](inputs)
+            with threadpool_limits(threads, user_api="blas"):
+                runs[v]()                          # untimed: the previous variant's
+                t = time.perf_counter()            # threads settle
+                runs[v]()
                 times[v].append(time.perf_counter() - t)
-    for v in VARIANTS:
-        result["time_ms"][v] = 1e3 * min(times[v])
-        result["median_ms"][v] = 1e3 * float(np.median(times[v]))
-    if memory:
-        for v in VARIANTS:
-            m = measure_memory(index, v, quick)
-            result["rss_mb"][v] = m["rss"] / 2**20
-            result["traced_mb"][v] = m["traced"] / 2**20
-    return result
+    blk = {d.name: d.block for d in fused.dims if not d.point}
+    return {"label": label, "flops": flops, "blocks": blk, "errors": errors,
+            "best": {v: min(ts) for v, ts in times.items()},
+            "median": {v: float(np.median(ts)) for v, ts in times.items()},
+            "kernels": len(fused.kernels), "compile_s": compiled.compile_seconds}
 
 
-def _fmt(x, spec):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def print_table(results, memory: bool) -> None:
-    head = (f"{'case':<28}{'numpy':>9}{'fused':>9}{'unfused':>9}{'hand':>9} | "
-            f"{'numpy/fused':>11}{'fused/hand':>11}{'unfused/np':>11}")
-    if memory:
-        head += f" | {'peak MB: numpy':>14}{'fused':>8}{'unfused':>8}{'hand':>8}{'np/fused':>9}"
+def print_table(results, peak: float) -> None:
+    head = (f"{'case':<36}{'numpy ms':>9}{'torch ms':>9}{'fused ms':>9} |"
+            f"{'f/numpy':>8}{'f/torch':>8}{'f/best':>7} |{'GFLOP/s':>8}{'%peak':>6}"
+            f" | spread (median/best) n/t/f")
     print(head)
     print("-" * len(head))
     for r in results:
-        t = r["time_ms"]
-        line = (f"{r['label']:<28}{t['numpy']:>8.1f} {t['fused']:>8.1f} {t['unfused']:>8.1f} "
-                f"{t['hand']:>8.1f} | {t['numpy'] / t['fused']:>10.2f}x"
-                f"{t['fused'] / t['hand']:>10.2f}x{t['unfused'] / t['numpy']:>10.2f}x")
-        if memory:
-            m = r["rss_mb"]
-            ratio = m["numpy"] / max(m["fused"], 0.1)
-            line += (f" | {_fmt(m['numpy'], '14.1f')}{_fmt(m['fused'], '8.1f')}"
-                     f"{_fmt(m['unfused'], '8.1f')}{_fmt(m['hand'], '8.1f')}{ratio:>8.0f}x")
-        print(line)
-    print("times: best of the round-robin runs, ms; peak MB: resident-set growth over one "
-          "call in a fresh process (0.1 MB floor in the ratio)")
+        b, med = r["best"], r["median"]
+        best_peer = min(b["numpy"], b["torch"])
+        gf = r["flops"] / b["fused"] / 1e9
+        spread = "/".join(f"{med[v] / b[v]:.2f}" for v in VARIANTS)
+        print(f"{r['label']:<36}{1e3 * b['numpy']:>9.1f}{1e3 * b['torch']:>9.1f}"
+              f"{1e3 * b['fused']:>9.1f} |{b['fused'] / b['numpy']:>7.2f}x"
+              f"{b['fused'] / b['torch']:>7.2f}x{b['fused'] / best_peer:>6.2f}x |"
+              f"{gf:>8.1f}{100 * gf / peak:>5.0f}% | {spread}")
+    print("times: best of the interleaved rounds; f/x: fused time over x's (below 1: fused "
+          "is faster); GFLOP/s: matmul FLOPs of fused; %peak: of the measured BLAS peak")
+    for r in results:
+        blk = " ".join(f"{d}={v}" for d, v in r["blocks"].items())
+        errs = ", ".join(f"{v} {e:.1e}" for v, e in r["errors"].items())
+        print(f"  {r['label']}: blocks {blk}; {r['kernels']} kernel(s); compile "
+              f"{r['compile_s']:.1f} s; max rel error vs float64: {errs}")
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes")
-    ap.add_argument("--repeat", type=int, default=None, help="timed calls per variant")
-    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved rounds (best of)")
+    ap.add_argument("--threads", type=int, default=2, help="threads of every variant")
     ap.add_argument("--only", default="", help="comma-separated substrings of case labels")
-    ap.add_argument("--json", default="", help="also write the results here")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--block", action="append", default=[], metavar="DIM=INT",
+                    help="block size of the fused program (repeatable)")
     args = ap.parse_args(argv)
-    if args.child:
-        child(int(args.child[0]), args.child[1], args.quick)
-        return
-    cases = QUICK if args.quick else FULL
-    repeat = args.repeat or (5 if args.quick else 3)
+    blocks = {}
+    for item in args.block:
+        d, _, v = item.partition("=")
+        if not v.isdigit() or int(v) < 1:
+            raise SystemExit(f"--block {item}: expected DIM=positive integer")
+        blocks[d] = int(v)
+    import torch
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
     hw = numba_backend.hardware
-    print(f"machine: {hw.cores} cores, L2 {hw.local_capacity_bytes >> 10} KiB/core; "
-          f"load average {os.getloadavg()[0]:.2f}; busy processes: {_busy()}")
-    print(f"numpy {np.__version__}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')!r}")
+    peak = measure_peak(args.threads)
+    print(f"machine: {hw.cores} cores, L2 {hw.local_capacity_bytes >> 10} KiB/core; load "
+          f"average {os.getloadavg()[0]:.2f}; threads {args.threads}; numpy {np.__version__}, "
+          f"torch {torch.__version__}")
+    print(f"peak: {peak:.1f} GFLOP/s (best of 5 float32 GEMMs 2048^3, NumPy/OpenBLAS, "
+          f"{args.threads} threads)")
     results = []
-    for i, case in enumerate(cases):
+    for case in (QUICK if args.quick else FULL):
         if args.only and not any(s and s in case[0] for s in args.only.split(",")):
             continue
-        r = bench_case(i, case, repeat, args.quick, not args.no_memory)
+        r = bench_case(case, blocks, args.repeat, args.threads)
         results.append(r)
-        print(f"  {case[0]}: " + ", ".join(f"{v} {r['time_ms'][v]:.1f} ms" for v in VARIANTS),
-              flush=True)
+        print(f"  {case[0]}: " + ", ".join(f"{v} {1e3 * r['best'][v]:.1f} ms"
+                                           for v in VARIANTS), flush=True)
     print()
-    print_table(results, not args.no_memory)
-    print(f"load average after: {os.getloadavg()[0]:.2f}; busy processes: {_busy()}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    print_table(results, peak)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

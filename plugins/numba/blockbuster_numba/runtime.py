@@ -20,6 +20,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .microkernel import gemm  # noqa: F401  (C += A·B of float32 blocks: gemm_)
+
 #: Fast-math flags of every generated function: only ``nsz`` (the sign of a zero),
 #: so results follow IEEE as NumPy's do (README, "Non-finite
 #: values and fast math"). ``nnan``/``ninf`` stay off: the online softmax and
@@ -86,6 +88,22 @@ maximum = _float_binary("llvm.maximum", "max(a, b), NaN-propagating, vectorisabl
 minimum = _float_binary("llvm.minimum", "min(a, b), NaN-propagating, vectorisable")
 _maxnum = _float_binary("llvm.maxnum", "max(a, b) ignoring a NaN operand")
 _minnum = _float_binary("llvm.minnum", "min(a, b) ignoring a NaN operand")
+
+@intrinsic
+def radd(typingctx, a, b):
+    """``a + b`` that LLVM may reassociate (``reassoc`` on this one addition only): a
+    running sum over a loop of it vectorises into partial sums per lane. Only the
+    order in which a row's terms are added changes, never the terms themselves; every
+    other operation stays IEEE (see FASTMATH: a global ``reassoc`` rewrote terms)."""
+    if a != b or a not in (types.float32, types.float64):
+        return None
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):
+        return builder.fadd(args[0], args[1], flags=("reassoc", "nsz"))
+
+    return sig, codegen
+
 
 @intrinsic
 def opaque(typingctx, x):
@@ -243,12 +261,20 @@ def exp64(x):
     return math.exp(x)
 
 
+@njit(error_model="numpy", cache=True)
+def gemm64(A, B, C):
+    """C += A·B in float64, through BLAS (the micro-kernel is float32's)."""
+    C += np.dot(np.ascontiguousarray(A), np.ascontiguousarray(B))
+
+
 #: Helper names the generated code uses, per dtype: generic name -> function here.
 HELPERS = {
     "float32": {"exp_": "exp32", "sigmoid_": "sigmoid32", "silu_": "silu32",
                 "gelu_": "gelu32", "gelu_tanh_": "gelu_tanh32",
-                "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque"},
+                "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque",
+                "gemm_": "gemm", "radd_": "radd"},
     "float64": {"exp_": "exp64", "sigmoid_": "sigmoid64", "silu_": "silu64",
                 "gelu_": "gelu64", "gelu_tanh_": "gelu_tanh64",
-                "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque"},
+                "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque",
+                "gemm_": "gemm64", "radd_": "radd"},
 }

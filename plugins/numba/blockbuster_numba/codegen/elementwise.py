@@ -139,7 +139,7 @@ def materialize(g, v: Block, want: Expr | None = None) -> Block | None:
             acc = g.names.fresh("acc")
             lines.append(f"{out} = np.empty({g.x.shape(axes)}, DT)")
             row_init.append(f"{acc} = {init}")
-            inner_upd.append(f"{acc} = {acc} + {elem}" if total
+            inner_upd.append(f"{acc} = radd_({acc}, {elem})" if total
                              else f"{acc} = maximum_({acc}, {elem})")
             row_final.append(f"{out}[r] = {acc}")
         else:

@@ -6,8 +6,9 @@ elementwise operators become lazy blocks (:mod:`.elementwise`), ``reduce`` and
 
 * **Loads are views** of the global arrays starting at 0 (no copy; offsets inside
   a loop would block vectorisation).
-* **Block operators** with their own loop structure: ``dot`` calls ``np.dot`` (BLAS)
-  on contiguous blocks; row/column sums and maxima are explicit loops.
+* **Block operators** with their own loop structure: ``dot`` calls ``gemm_`` (the
+  register-tiled micro-kernel of :mod:`..microkernel`; it packs its operands from
+  any strides); row/column sums and maxima are explicit loops.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from blockbuster.ir.printer import format_expr
 from ..lowering import INBLOCK
 from . import elementwise as ew
 from .maps import emit_map
+from .matmul import gemm_into
 from .plan import planned_load
 from .reductions import emit_reduce
 from .values import Axis, Block, Frame, MapArray, Multi, Nest, padded
@@ -116,26 +118,13 @@ def emit_get(g, node: Expr, frame: Frame):
     return Block(axes, name=name, frame=frame, contig=exact or len(axes) < 2, hint="get")
 
 
-def matrix(g, v: Block) -> str:
-    """Code of ``v`` as a 2-D array ``np.dot`` can take without copying."""
-    if v.lazy and v.node.op == "transpose" and not v.args[0].lazy:
-        return matrix(g, v.args[0]) + ".T"
-    if v.lazy and v.node.op == "relabel":     # a view: the same values
-        return matrix(g, v.args[1])
-    ew.materialize(g, v)
-    if v.contig:
-        return v.name
-    if v._contig_name is None:
-        v._contig_name = g.names.fresh(v.hint + "_c")
-        v.frame.lines.append(f"{v._contig_name} = np.ascontiguousarray({v.name})")
-    return v._contig_name
-
-
 def emit_dot(g, args, frame: Frame) -> Block:
     a, b = args
     name = g.names.fresh("dot")
-    frame.lines.append(f"{name} = np.dot({matrix(g, a)}, {matrix(g, b)})")
-    return Block((a.axes[0], b.axes[1]), name=name, frame=frame, hint="dot")
+    axes = (a.axes[0], b.axes[1])
+    frame.lines.append(f"{name} = np.zeros({g.x.shape(axes)}, DT)")
+    gemm_into(g, a, b, name, frame)
+    return Block(axes, name=name, frame=frame, hint="dot")
 
 
 def emit_inblock_reduce(g, node: Expr, a: Block, frame: Frame) -> Block:
@@ -146,7 +135,9 @@ def emit_inblock_reduce(g, node: Expr, a: Block, frame: Frame) -> Block:
         return ew.materialize(g, a, want=node)
     name = g.names.fresh(op)
     axes = (a.axes[0],) if op.startswith("row") else (a.axes[1],)
-    combine = "{0} + {1}" if op.endswith("sum") else "maximum_({0}, {1})"
+    # A row's running sum may be reassociated (radd_): the loop vectorises.
+    combine = ("maximum_({0}, {1})" if not op.endswith("sum") else
+               "radd_({0}, {1})" if op.startswith("row") else "{0} + {1}")
     init = "ZERO" if op.endswith("sum") else "NEG_INF"
     if op.startswith("row"):
         frame.lines.append(f"{name} = np.empty({g.x.shape(axes)}, DT)")

@@ -17,6 +17,8 @@ from blockbuster.ir.index import IConst
 
 from .elementwise import ew, loop_nest, materialize, write
 from .maps import emit_maps, map_elements, map_shape, sibling_groups
+from .matmul import gemm_into
+from .place import memo_key, target_frame
 from .schedule import close_loop, open_loop
 from .values import Block, Frame, IndexCode, MapArray, Multi, Nest, Sink, indent, shape_text
 
@@ -101,6 +103,9 @@ def passengers(g, bodies, inner: Frame, frame: Frame, single: bool, mode: str,
 
 def passenger(g, body: Expr, inner: Frame, frame: Frame, mode: str, acc_axes, alpha=None):
     """Emit one passenger body (not a ``map``) and combine it into a new accumulator."""
+    fused = gemm_passenger(g, body, inner, frame, mode, acc_axes, alpha)
+    if fused is not None:
+        return fused
     t = g.value(body, inner)
     name = g.names.fresh("acc")
     if isinstance(t, MapArray):
@@ -126,6 +131,29 @@ def passenger(g, body: Expr, inner: Frame, frame: Frame, mode: str, acc_axes, al
     else:
         frame.lines.append(f"{name} = np.zeros({g.x.shape(axes)}, DT)")
     write(g, t, Sink(name, (), mode, alpha), inner)
+    return Block(axes, name=name, frame=frame, hint="acc")
+
+
+def gemm_passenger(g, body: Expr, inner: Frame, frame: Frame, mode: str, acc_axes,
+                   alpha=None):
+    """A ``dot`` term summed over the loop (``sum``, or an online softmax's rescaled
+    sum) is multiplied straight into its accumulator, ``acc += a·b``, with no
+    product block in between; None when the term is not such a ``dot`` (or is
+    needed elsewhere, or computed outside the loop)."""
+    if body.op != "dot" or mode not in ("add", "scale_add") or g.uses[body] > 1:
+        return None
+    if target_frame(body, inner) is not inner or memo_key(body, inner) in inner.memo:
+        return None
+    a, b = (g.value(x, inner) for x in body.args)
+    if not (isinstance(a, Block) and isinstance(b, Block)):
+        return None
+    axes = acc_axes((a.axes[0], b.axes[1]))
+    name = g.names.fresh("acc")
+    frame.lines.append(f"{name} = np.zeros({g.x.shape(axes)}, DT)")
+    if mode == "scale_add":       # earlier sums rescaled, row by row
+        loop_nest(g, inner.lines, (a.axes[0], b.axes[1]),
+                  lambda n: ([], [f"{name}[r, c] *= {n.per_row(f'{alpha}[r]', 'alpha')}"], []))
+    gemm_into(g, a, b, name, inner)
     return Block(axes, name=name, frame=frame, hint="acc")
 
 
@@ -199,12 +227,12 @@ def reduce_meanvar(g, node, frame, inner, b, single, acc_axes):
         lines.extend(indent([
             f"{sb} = ZERO",
             f"for c in range({g.x.loop_len(cols)}):",
-            f"    {sb} += {xs}[r, c]",
+            f"    {sb} = radd_({sb}, {xs}[r, c])",
             f"{mb} = {sb} / {nsum}",
             f"{qb} = ZERO",
             f"for c in range({g.x.loop_len(cols)}):",
             f"    {dv} = {xs}[r, c] - {mb}",
-            f"    {qb} += {dv} * {dv}",
+            f"    {qb} = radd_({qb}, {dv} * {dv})",
             f"{s}[r] = {sb}",
             f"{q}[r] = {qb}",
         ]))
@@ -231,13 +259,13 @@ def reduce_meanvar(g, node, frame, inner, b, single, acc_axes):
         f"{sb} = ZERO",
         f"{mb} = ZERO",
         f"for c in range({g.x.loop_len(cols)}):",
-        f"    {sb} += {xs}[r, c]",
-        f"    {mb} += {xs}[r, c] - {shift}[r]",
+        f"    {sb} = radd_({sb}, {xs}[r, c])",
+        f"    {mb} = radd_({mb}, {xs}[r, c] - {shift}[r])",
         f"{mb} = {mb} / {nb}",
         f"{qb} = ZERO",
         f"for c in range({g.x.loop_len(cols)}):",
         f"    {dv} = ({xs}[r, c] - {shift}[r]) - {mb}",
-        f"    {qb} += {dv} * {dv}",
+        f"    {qb} = radd_({qb}, {dv} * {dv})",
         f"{delta} = {mb} - {mean}[r]",
         f"{mean}[r] += {delta} * {w1}",
         f"{q}[r] += {qb} + {delta} * {delta} * {w2}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from blockbuster.ir.printer import format_kernel
 
+from ..microkernel import SIGNATURE as MICROKERNEL
 from ..runtime import FASTMATH
 from .values import indent, shape_text
 
@@ -44,6 +45,9 @@ def module_source(m, kernels: list[list[str]], helpers: dict) -> str:
         "# One @njit function per kernel (prange over the parallel block loops), then",
         "# run(): allocate the global arrays and call the kernels in order.",
     ]
+    # The micro-kernel's shape is this CPU's and its code another file's: named here,
+    # they are part of the compiled module's cache key (its source).
+    lines.append(f"# Block matmuls: {MICROKERNEL}.")
     if m.header:
         lines += [f"# {line}" for line in m.header.splitlines()]
     lines += [

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from blockbuster.cost.counting import Loop
+from blockbuster.ir.index import free_vars
 from blockbuster.ir.program import Kernel, Program
 from blockbuster.ir.types import Dim
 
@@ -57,6 +58,18 @@ def worth_parallel(kernel: Kernel, program: Program, parallel: bool | None,
     return work >= PARALLEL_MIN_WORK
 
 
+def triangular(kernel: Kernel, var: str) -> bool:
+    """Whether a reduction of the kernel has a bound that reads loop variable ``var``
+    (its trip count, and the work of an iteration of ``var``, varies with it)."""
+    for store in kernel.stores:
+        for node in store.value.walk():
+            if node.op == "reduce":
+                bounds = [b for b in (node.attr.lo, node.attr.hi) if b is not None]
+                if any(var in free_vars(b) for b in bounds):
+                    return True
+    return False
+
+
 class KernelLoops:
     """The frames of a kernel's own loops (the function's top level first) and the
     header lines that open each loop below the top level."""
@@ -80,7 +93,18 @@ class KernelLoops:
             frame = Frame(root)
             par = multi[:npar]
             loop_names = [names.fresh(v) for v, _ in par]
-            if npar == 1:
+            if npar == 1 and triangular(k, par[0][0]):
+                # Work grows with the index (a reduction bounded by it, e.g. causal
+                # attention): Numba splits a prange into equal contiguous chunks, so
+                # the last thread would get most of it. Visited as 0, n-1, 1, n-2, ...
+                # every chunk holds pairs of equal total work.
+                n = par[0][1].nblocks
+                flat = names.fresh("it")
+                self.headers.append([f"for {flat} in prange({n}):  # {par[0][0]} in "
+                                     f"{par[0][1].name}, in parallel, balanced"])
+                body = [f"{loop_names[0]} = {flat} // 2 if {flat} % 2 == 0 "
+                        f"else {n - 1} - {flat} // 2"]
+            elif npar == 1:
                 self.headers.append([f"for {loop_names[0]} in prange({par[0][1].nblocks}):"
                                      f"  # {par[0][0]} in {par[0][1].name}, in parallel"])
                 body = []

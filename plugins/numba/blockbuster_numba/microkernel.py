@@ -1,0 +1,234 @@
+"""Block matmuls of the generated kernels: ``gemm_(A, B, C)`` computes ``C += A·B``.
+
+A register-tiled micro-kernel, emitted as LLVM IR (``numba.extending.intrinsic``):
+an ``MR x NR`` tile of ``C`` lives in ``MR * NR / VW`` vector registers (SSA values,
+phi nodes of the k loop: never reloaded from memory, which plain Numba loops do;
+``CPU-PERFORMANCE.md`` pitfall 5), and every step of k is one row of ``B`` (``NR /
+VW`` vector loads) times ``MR`` broadcasts of ``A``, in fused multiply-adds.
+
+Around it, the driver packs operands the way BLIS does, from any strides (a
+transposed block or a column slice costs no copy before the call): a ``KC x NC``
+panel of ``B`` in ``NR``-wide column strips (kept in L2 while every row tile of ``A``
+passes over it), an ``KC x MR`` strip of ``A`` (in L1). Packing pads ragged edges
+with zeros, so one micro-kernel serves every block size; a ragged tile of ``C`` goes
+through a scratch tile. No calls into BLAS: inside a ``prange`` there is no thread
+oversubscription, and on small blocks no per-call overhead to amortise.
+
+Tile sizes come from this CPU (read once, at import): the vector width from its
+instruction set (AVX-512: 16 lanes and 32 registers; AVX2: 8 lanes and 16), ``MR``
+and ``NR`` so that the accumulators, one row of ``B`` and a broadcast fit the
+register file; ``KC``/``NC`` from the L1/L2 sizes. The generated module's header
+names them (and this file's hash), so a module generated for other values is not
+reused (the compiled module's cache key is its source).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+from llvmlite import binding as llvm_binding
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+def _host_features() -> set[str]:
+    try:
+        return {k for k, v in llvm_binding.get_host_cpu_features().items() if v}
+    except Exception:      # unknown host: the portable choice
+        return set()
+
+
+def tile_shape(features: set[str]) -> tuple[int, int, int]:
+    """``(VW, MR, NR)``: float32 lanes per vector register, rows and columns of the
+    register tile. AVX-512: 8 x 32 (16 accumulators of 32 registers); AVX2/AVX: 6 x 16
+    (12 of 16, the shape of OpenBLAS's Haswell kernel); else 4 x 8 of SSE vectors."""
+    if "avx512f" in features:
+        return 16, 8, 32
+    if "avx" in features:
+        return 8, 6, 16
+    return 4, 4, 8
+
+
+def _cache_bytes(level: int, default: int) -> int:
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for index in sorted(base.glob("index*")):
+            if (index / "level").read_text().strip() != str(level):
+                continue
+            if (index / "type").read_text().strip() not in ("Data", "Unified"):
+                continue
+            text = (index / "size").read_text().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+            return int(text.rstrip("KMB")) * scale
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+VW, MR, NR = tile_shape(_host_features())
+#: k-depth of a packed panel: an MR-row strip of A (KC*MR floats) stays in half of L1.
+KC = max(64, min(512, (_cache_bytes(1, 32 << 10) // 2) // (4 * MR) // 16 * 16))
+#: Columns of a packed B panel: KC*NC floats in half of L2.
+NC = max(NR, (_cache_bytes(2, 512 << 10) // 2) // (4 * KC) // NR * NR)
+
+#: Names the generated module's header (the values differ per CPU, the hash per edit).
+SIGNATURE = (f"gemm micro-kernel {MR}x{NR} (vector {VW}), panels KC={KC} NC={NC}, "
+             f"{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}")
+
+
+def _micro(mr: int, nr: int, vw: int, to_tile: bool):
+    """The micro-kernel intrinsic ``(ap, bp, boff, kc, C, i0, j0)``: ``C[i0:i0+mr,
+    j0:j0+nr] += ap · bp[boff:]`` with ``ap`` packed ``kc x mr`` and ``bp[boff:]``
+    packed ``kc x nr`` (row-major both). ``to_tile``: store into ``C`` instead of
+    adding (a scratch tile; ``i0``, ``j0`` are then 0)."""
+    nv = nr // vw
+
+    @intrinsic
+    def micro(typingctx, ap, bp, boff, kc, c, i0, j0):
+        sig = types.void(ap, bp, types.int64, types.int64, c, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            ap_v, bp_v, boff_v, kc_v, c_v, i0_v, j0_v = args
+            f32 = ir.FloatType()
+            i64 = ir.IntType(64)
+            vty = ir.VectorType(f32, vw)
+            a_ptr = context.make_array(signature.args[0])(context, builder, ap_v).data
+            b_arr = context.make_array(signature.args[1])(context, builder, bp_v)
+            b_ptr = builder.gep(b_arr.data, [boff_v])
+            c_arr = context.make_array(signature.args[4])(context, builder, c_v)
+            row_stride = cgutils.unpack_tuple(builder, c_arr.strides, 2)[0]
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fma.v{vw}f32")
+            zero = ir.Constant(vty, [0.0] * vw)
+            undef = ir.Constant(vty, ir.Undefined)
+            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), vw), [0] * vw)
+
+            pre = builder.block
+            loop = builder.append_basic_block("mk.loop")
+            done = builder.append_basic_block("mk.done")
+            builder.cbranch(builder.icmp_signed(">", kc_v, ir.Constant(i64, 0)), loop, done)
+
+            builder.position_at_end(loop)
+            k = builder.phi(i64, "k")
+            k.add_incoming(ir.Constant(i64, 0), pre)
+            accs = []
+            for _ in range(mr * nv):
+                p = builder.phi(vty)
+                p.add_incoming(zero, pre)
+                accs.append(p)
+            brow = builder.gep(b_ptr, [builder.mul(k, ir.Constant(i64, nr))])
+            bvec = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, v * vw)]),
+                                                 vty.as_pointer()), align=4)
+                    for v in range(nv)]
+            arow = builder.gep(a_ptr, [builder.mul(k, ir.Constant(i64, mr))])
+            new = []
+            for i in range(mr):
+                a = builder.load(builder.gep(arow, [ir.Constant(i64, i)]))
+                splat = builder.shuffle_vector(builder.insert_element(undef, a, ir.Constant(
+                    ir.IntType(32), 0)), undef, splat_mask)
+                for v in range(nv):
+                    new.append(builder.call(fma, [splat, bvec[v], accs[i * nv + v]]))
+            k_next = builder.add(k, ir.Constant(i64, 1))
+            latch = builder.block
+            k.add_incoming(k_next, latch)
+            for p, n in zip(accs, new):
+                p.add_incoming(n, latch)
+            builder.cbranch(builder.icmp_signed("<", k_next, kc_v), loop, done)
+
+            builder.position_at_end(done)
+            outs = []
+            for n in new:     # phis first: the tile, or zeros when kc = 0
+                out = builder.phi(vty)
+                out.add_incoming(zero, pre)
+                out.add_incoming(n, latch)
+                outs.append(out)
+            base = builder.bitcast(c_arr.data, ir.IntType(8).as_pointer())
+            for i in range(mr):
+                row = builder.add(i0_v, ir.Constant(i64, i))
+                off = builder.add(builder.mul(row, row_stride),
+                                  builder.mul(j0_v, ir.Constant(i64, 4)))
+                row_ptr = builder.bitcast(builder.gep(base, [off]), f32.as_pointer())
+                for v in range(nv):
+                    out = outs[i * nv + v]
+                    ptr = builder.bitcast(builder.gep(row_ptr, [ir.Constant(i64, v * vw)]),
+                                          vty.as_pointer())
+                    if not to_tile:
+                        out = builder.fadd(builder.load(ptr, align=4), out)
+                    builder.store(out, ptr, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return micro
+
+
+_micro_add = _micro(MR, NR, VW, False)
+_micro_tile = _micro(MR, NR, VW, True)
+
+_F32 = np.float32
+_ZERO = np.float32(0.0)
+_OPTS = dict(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+
+
+@njit(inline="always", **{k: v for k, v in _OPTS.items() if k != "cache"})
+def _pack_a(A, i0, mr, k0, kc, ap):
+    """ap[k*MR + i] = A[i0+i, k0+k] (rows past ``mr`` are zeros)."""
+    for i in range(mr):
+        for k in range(kc):
+            ap[k * MR + i] = A[i0 + i, k0 + k]
+    for i in range(mr, MR):
+        for k in range(kc):
+            ap[k * MR + i] = _ZERO
+
+
+@njit(inline="always", **{k: v for k, v in _OPTS.items() if k != "cache"})
+def _pack_b(B, k0, kc, j0, nc, bp):
+    """bp[t, k, j] (flat) = B[k0+k, j0+t*NR+j] in NR-wide strips, zero-padded."""
+    strips = (nc + NR - 1) // NR
+    for t in range(strips):
+        jt = j0 + t * NR
+        w = min(NR, j0 + nc - jt)
+        base = t * kc * NR
+        for k in range(kc):
+            row = base + k * NR
+            for j in range(w):
+                bp[row + j] = B[k0 + k, jt + j]
+            for j in range(w, NR):
+                bp[row + j] = _ZERO
+
+
+@njit(**_OPTS)
+def gemm(A, B, C):
+    """C += A·B (float32; ``C`` C-contiguous in its rows: unit column stride)."""
+    M, K = A.shape
+    N = B.shape[1]
+    if M == 0 or N == 0 or K == 0:
+        return
+    kc_max = min(KC, K)
+    nc_max = min(NC, (N + NR - 1) // NR * NR)
+    bp = np.empty(kc_max * ((nc_max + NR - 1) // NR) * NR, _F32)
+    ap = np.empty(kc_max * MR, _F32)
+    tile = np.empty((MR, NR), _F32)
+    for k0 in range(0, K, KC):
+        kc = min(KC, K - k0)
+        for j0 in range(0, N, NC):
+            nc = min(NC, N - j0)
+            strips = (nc + NR - 1) // NR
+            _pack_b(B, k0, kc, j0, nc, bp)
+            for i0 in range(0, M, MR):
+                mr = min(MR, M - i0)
+                _pack_a(A, i0, mr, k0, kc, ap)
+                for t in range(strips):
+                    jt = j0 + t * NR
+                    nr = min(NR, N - jt)
+                    if mr == MR and nr == NR:
+                        _micro_add(ap, bp, t * kc * NR, kc, C, i0, jt)
+                    else:
+                        _micro_tile(ap, bp, t * kc * NR, kc, tile, 0, 0)
+                        for i in range(mr):
+                            for j in range(nr):
+                                C[i0 + i, jt + j] += tile[i, j]
