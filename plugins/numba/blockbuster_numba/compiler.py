@@ -11,10 +11,11 @@ process importing the same file loads the machine code instead of compiling agai
 The file is never rewritten (its timestamp is part of Numba's cache check).
 
 Running: inputs become C-contiguous arrays of the program's dtype, and the kernels run
-on the module's thread count (the backend's ``Hardware.cores``; Numba's pool is held
-to it, at most ``NUMBA_NUM_THREADS``) with BLAS held to one thread (they call
-``np.dot`` on blocks from inside ``prange``, where a multi-threaded BLAS would
-oversubscribe the cores). ``scipy.linalg.cython_blas``
+on the module's thread count (the backend's ``Hardware.cores``, at most
+``NUMBA_NUM_THREADS``: a parallel kernel's loop runs as one range per thread on
+:mod:`.threads`, or, where the generator kept a ``prange``, on Numba's pool held to
+it) with BLAS held to one thread (they call ``np.dot`` on blocks from inside the
+parallel loop, where a multi-threaded BLAS would oversubscribe the cores). ``scipy.linalg.cython_blas``
 is imported first so that the BLAS Numba calls is loaded before threadpoolctl looks.
 """
 
@@ -117,6 +118,9 @@ class CompiledModule:
         self.module = module
         self.jit_seconds = time.perf_counter() - start
         self.kernels = list(module.KERNELS)
+        # Kernels still using Numba's parfors (a prange loop the generator could not
+        # split into thread ranges); the others run on blockbuster_numba.threads.
+        self.uses_numba_pool = any(k.targetoptions.get("parallel") for k in self.kernels)
 
     def _import(self):
         # Numba finds a function's module (for its cache and its globals) by name in
@@ -154,7 +158,8 @@ class CompiledModule:
     def __call__(self, inputs) -> dict:
         arrays = {name: _kernel_array(inputs[name], self.dtype)
                   for name in self.program.inputs}
-        with _blas_controller().limit(limits=1, user_api="blas"), _numba_threads(self.threads):
+        pool = _numba_threads(self.threads) if self.uses_numba_pool else contextlib.nullcontext()
+        with _blas_controller().limit(limits=1, user_api="blas"), pool:
             return self.module.run(arrays)
 
 

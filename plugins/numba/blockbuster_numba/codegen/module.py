@@ -37,6 +37,7 @@ class ModuleGenerator:
         # Array names become the kernels' argument names (and the driver's locals).
         self.arg_names = {a.name: self.module_names.fresh(a.name) for a in program.arrays}
         self.kernel_names: dict[str, str] = {}
+        self.kernel_launch: dict[str, str] = {}   # kernel -> its threads launcher, if any
         self.kernels: list[KernelGenerator] = []  # after generate(): each kernel's plan
 
     def generate(self) -> str:
@@ -62,6 +63,14 @@ class ModuleGenerator:
         name = self.kernel_names.get(kernel.name)
         if name is None:
             name = self.kernel_names[kernel.name] = self.module_names.fresh("kernel_" + kernel.name)
+        return name
+
+    def launcher_fn(self, kernel: Kernel) -> str:
+        """The Python function running a parallel kernel's ranges on threads."""
+        name = self.kernel_launch.get(kernel.name)
+        if name is None:
+            name = self.kernel_launch[kernel.name] = self.module_names.fresh(
+                "parallel_" + kernel.name)
         return name
 
     def kernel_args(self, kernel: Kernel) -> list[str]:
