@@ -3,7 +3,8 @@
 The generated source of a program is written once to
 ``$BLOCKBUSTER_CACHE/numba/<program>_<key>.py`` (default cache root:
 ``~/.cache/blockbuster``), where ``key`` hashes the source, the thread count it was
-generated for, this plugin's version, the source of :mod:`.runtime` and the Numba,
+generated for, this plugin's version, the source of :mod:`.runtime` and
+:mod:`.kernel_numpy` (their machine code is inlined into the kernels) and the Numba,
 NumPy and Python versions. The kernels
 are ``@njit(cache=True)`` with explicit signatures, so importing the module compiles
 them, and Numba keeps their machine code in ``__pycache__`` beside the file: a second
@@ -40,7 +41,7 @@ import scipy.linalg.cython_blas  # noqa: F401  (load Numba's BLAS before threadp
 import numba  # noqa: E402
 from threadpoolctl import ThreadpoolController  # noqa: E402
 
-from . import runtime  # noqa: E402
+from . import kernel_numpy, runtime  # noqa: E402
 from .codegen import generate_source  # noqa: E402
 
 _MODULES: dict[str, object] = {}        # cache key -> imported module (this process)
@@ -59,6 +60,7 @@ def cache_key(source: str, threads: int) -> str:
     from . import __version__
     h = hashlib.sha256()
     for part in (source, f"threads={threads}", __version__, Path(runtime.__file__).read_text(),
+                 Path(kernel_numpy.__file__).read_text(),
                  numba.__version__, np.__version__, sys.version):
         h.update(part.encode())
         h.update(b"\0")

@@ -89,4 +89,4 @@ CHEAP = frozenset(n for n, s in OPS.items() if s.cheap)
 MODULE_NAMES = {"np", "math", "njit", "prange", "DT", "ONE", "ZERO", "NEG_INF", "square_",
                 "FASTMATH", "run", "KERNELS", "r", "c", "range", "min", "max", "abs", "len",
                 "print", "inputs", "it",
-                "THREADS", "parallel_for_"} | set(HELPERS["float32"]) | set(HELPERS["float64"])
+                "THREADS", "parallel_for_", "numpy"} | set(HELPERS["float32"]) | set(HELPERS["float64"])

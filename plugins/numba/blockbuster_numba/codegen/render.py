@@ -93,8 +93,11 @@ def module_source(m, kernels: list[list[str]], helpers: dict) -> str:
     lines += [
         "import math",
         "",
-        "import numpy as np",
+        "import numpy",
         "from numba import njit, prange",
+        "",
+        "# NumPy; np.dot/empty/zeros/full through wrappers whose machine code Numba caches",
+        "from blockbuster_numba.kernel_numpy import np",
         "",
         "from blockbuster_numba.runtime import "
         + ", ".join(f"{fn} as {alias}" for alias, fn in helpers.items()),
@@ -137,7 +140,7 @@ def driver(m) -> list[str]:
     for i, k in enumerate(p.kernels):
         for a in k.writes():
             shape = [m.dims[d].size for d in p.array(a).dims]
-            lines.append(f"    {names[a]} = np.empty({shape_text(shape)}, DT)")
+            lines.append(f"    {names[a]} = numpy.empty({shape_text(shape)}, DT)")
         args = ", ".join(names[a] for a in m.kernel_args(k))
         lines.append(f"    {m.kernel_launch.get(k.name, m.kernel_fn(k))}({args})")
         dead = sorted(a for a, j in last_use.items() if j == i and a in p.intermediates)
