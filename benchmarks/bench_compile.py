@@ -12,7 +12,10 @@ generated kernels, the runtime helpers of ``blockbuster_numba.runtime`` and ever
 NumPy function Numba compiles for them are compiled), then warm (a second process
 loads the same kernels from the cache). The program is fused before the clock starts:
 the times are ``backend.compile(program)`` alone, wall and CPU (the CPU time is the
-steadier figure on a shared machine; compiling is single-threaded).
+steadier figure on a shared machine; compiling is single-threaded per process).
+``+workers`` is the CPU time of the worker processes that compiled kernels alongside
+(``blockbuster_numba.parallel_compile``; ``BLOCKBUSTER_COMPILE_WORKERS=1``: none):
+on an idle machine the cold wall time is about the larger of the two.
 
 The breakdown (cold) comes from Numba's own compile events (``numba.core.event``),
 CPU seconds exclusive of nested compiles:
@@ -97,9 +100,11 @@ CHILD = textwrap.dedent("""
             event.install_listener("numba:llvm_lock", Llvm()):
         compiled = backend.compile(program)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    import os
+    workers = os.times().children_user + os.times().children_system
     top = parts.pop("_top", 0.0)
     print(json.dumps({
-        "wall": wall, "cpu": cpu, "import": imported, "kernels_n": len(program.kernels),
+        "wall": wall, "cpu": cpu, "workers_cpu": workers, "import": imported, "kernels_n": len(program.kernels),
         "parallel_n": compiled.source.count("parallel_for_(kernel"),
         "hits": compiled.cache_hits, "misses": compiled.cache_misses,
         "codegen": compiled.codegen_seconds, "setup": max(0.0, cpu - top),
@@ -151,15 +156,15 @@ def main() -> None:
         return
     print(f"load average {load:.1f}; seconds; cold = fresh process, empty "
           f"{'kernel' if args.runtime_warm else 'kernel and runtime'} cache")
-    print(f"{'case':<19} {'kernels':>7} {'cold wall':>9} {'cold cpu':>8} {'warm wall':>9} "
-          f"{'warm cpu':>8} {'import':>6} | cold cpu: {'kernels':>7} {'numpy':>6} "
-          f"{'runtime':>7} {'setup':>6} (llvm)")
+    print(f"{'case':<19} {'kernels':>7} {'cold wall':>9} {'cold cpu':>8} {'+workers':>8} "
+          f"{'warm wall':>9} {'warm cpu':>8} {'import':>6} | cold cpu: {'kernels':>7} "
+          f"{'numpy':>6} {'runtime':>7} {'setup':>6} (llvm)")
     for r in results:
         c, w = r["cold"], r["warm"]
         print(f"{r['case']:<19} {c['kernels_n']:>3} ({c['parallel_n']}p) {c['wall']:>9.2f} "
-              f"{c['cpu']:>8.2f} {w['wall']:>9.2f} {w['cpu']:>8.2f} {w['import']:>6.2f} | "
-              f"{'':>9} {c['kernels']:>7.2f} {c['numpy']:>6.2f} {c['runtime']:>7.2f} "
-              f"{c['setup']:>6.2f} ({c['llvm']:.2f})")
+              f"{c['cpu']:>8.2f} {c['workers_cpu']:>8.2f} {w['wall']:>9.2f} {w['cpu']:>8.2f} "
+              f"{w['import']:>6.2f} | {'':>9} {c['kernels']:>7.2f} {c['numpy']:>6.2f} "
+              f"{c['runtime']:>7.2f} {c['setup']:>6.2f} ({c['llvm']:.2f})")
         if w["misses"]:
             print(f"  warning: the warm run of {r['case']} compiled {w['misses']} kernel(s)")
 

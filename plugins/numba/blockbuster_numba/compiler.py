@@ -42,6 +42,7 @@ import numba  # noqa: E402
 from threadpoolctl import ThreadpoolController  # noqa: E402
 
 from . import kernel_numpy, runtime  # noqa: E402
+from .parallel_compile import precompile  # noqa: E402
 from .codegen import generate_source  # noqa: E402
 
 _MODULES: dict[str, object] = {}        # cache key -> imported module (this process)
@@ -100,7 +101,7 @@ class CompiledModule:
     """A generated module, imported (its kernels JIT-compiled or loaded from cache)."""
 
     def __init__(self, program, source: str, dtype: np.dtype, threads: int,
-                 directory: Path | None = None):
+                 directory: Path | None = None, compile_workers: int = 1):
         self.program = program
         self.source = source
         self.dtype = dtype
@@ -113,10 +114,13 @@ class CompiledModule:
         with _LOCK:
             module = _MODULES.get(self.key)
             self.reused_in_process = module is not None
+            self.precompiled: list[str] = []
             if module is None:
                 _write_once(self.path, source)
+                self.precompiled = self._precompile(compile_workers)
                 module = self._import()
                 _MODULES[self.key] = module
+                self._compiled_marker().touch()
         self.module = module
         self.jit_seconds = time.perf_counter() - start
         self.kernels = list(module.KERNELS)
@@ -124,10 +128,28 @@ class CompiledModule:
         # split into thread ranges); the others run on blockbuster_numba.threads.
         self.uses_numba_pool = any(k.targetoptions.get("parallel") for k in self.kernels)
 
+    def _compiled_marker(self) -> Path:
+        """Written once the module has been imported (its kernels are in Numba's cache,
+        wherever NUMBA_CACHE_DIR puts it): no parallel precompile after that."""
+        return self.path.with_suffix(".compiled")
+
+    def _precompile(self, workers: int) -> list[str]:
+        """Kernels compiled into the cache on ``workers`` processes before the import
+        (:mod:`.parallel_compile`); none when cached already or when it does not pay."""
+        if workers < 2 or self._compiled_marker().exists():
+            return []
+        try:
+            return precompile(self.path, self.source, workers, self._module_name())
+        except Exception:       # the import compiles what is missing and reports errors
+            return []
+
+    def _module_name(self) -> str:
+        return f"_bb_numba_{self.path.stem}"
+
     def _import(self):
         # Numba finds a function's module (for its cache and its globals) by name in
         # sys.modules, so the module is registered there before it runs.
-        name = f"_bb_numba_{self.path.stem}"
+        name = self._module_name()
         spec = importlib.util.spec_from_file_location(name, self.path)
         if spec is None or spec.loader is None:
             raise BackendError(f"numba: cannot import generated module {self.path}")
@@ -145,12 +167,14 @@ class CompiledModule:
 
     @property
     def cache_hits(self) -> int:
-        """Kernels whose machine code came from Numba's on-disk cache."""
-        return sum(sum(k.stats.cache_hits.values()) for k in self.kernels)
+        """Kernels whose machine code came from Numba's on-disk cache (not counting
+        those compiled into it by this compile's precompile)."""
+        return sum(sum(k.stats.cache_hits.values()) for k in self.kernels) - len(self.precompiled)
 
     @property
     def cache_misses(self) -> int:
-        return sum(sum(k.stats.cache_misses.values()) for k in self.kernels)
+        """Kernels compiled by this compile (here or by its worker processes)."""
+        return sum(sum(k.stats.cache_misses.values()) for k in self.kernels) + len(self.precompiled)
 
     def cache_files(self) -> list[Path]:
         """Numba's index and object files for this module's kernels."""
@@ -184,6 +208,20 @@ def _kernel_array(value, dtype: np.dtype) -> np.ndarray:
     return arr if arr.flags.writeable else arr.copy()
 
 
+def compile_workers(threads: int) -> int:
+    """Processes that compile a new module's kernels at once: the module's threads, at
+    most the CPUs this process may run on; ``BLOCKBUSTER_COMPILE_WORKERS`` overrides
+    (1: compile in this process only)."""
+    setting = os.environ.get("BLOCKBUSTER_COMPILE_WORKERS", "").strip()
+    if setting.isdigit() and int(setting) > 0:
+        return int(setting)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(threads, cpus))
+
+
 def compile_module(program, dtype=np.float32, *, threads: int,
                    cache_dir: str | os.PathLike | None = None,
                    parallel: bool | None = None, hardware=None) -> CompiledModule:
@@ -200,6 +238,7 @@ def compile_module(program, dtype=np.float32, *, threads: int,
     source = generate_source(program, dtype=dtype.name, threads=threads, parallel=parallel,
                              hardware=hardware)
     codegen = time.perf_counter() - start
-    compiled = CompiledModule(program, source, dtype, threads, cache_dir)
+    compiled = CompiledModule(program, source, dtype, threads, cache_dir,
+                              compile_workers=compile_workers(threads))
     compiled.codegen_seconds = codegen
     return compiled

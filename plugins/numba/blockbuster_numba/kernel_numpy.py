@@ -1,5 +1,5 @@
 """``np`` as the generated kernels see it: NumPy, with the functions they call on
-every block (``dot``, ``empty``, ``zeros``, ``full``) as ``@njit(cache=True)``
+every block (``dot``, ``ascontiguousarray``, ``empty``, ``zeros``, ``full``) as ``@njit(cache=True)``
 wrappers of the same NumPy functions.
 
 Why: Numba compiles its implementation of ``np.dot``/``np.empty``/... afresh in
@@ -29,6 +29,11 @@ def dot(a, b):
 
 
 @njit(**_OPTIONS)
+def ascontiguousarray(a):
+    return numpy.ascontiguousarray(a)
+
+
+@njit(**_OPTIONS)
 def empty(shape, dtype):
     return numpy.empty(shape, dtype)
 
@@ -51,8 +56,9 @@ class _KernelNumpy(types.ModuleType):
 
 
 np = _KernelNumpy("blockbuster_numba.kernel_numpy.np",
-                  "NumPy as generated kernels call it (cached dot/empty/zeros/full)")
+                  "NumPy as generated kernels call it (cached dot, allocations, copies)")
 np.dot, np.empty, np.zeros, np.full = dot, empty, zeros, full
+np.ascontiguousarray = ascontiguousarray
 
 #: The wrappers, for the cache key of generated modules and for warming the cache.
-WRAPPERS = (dot, empty, zeros, full)
+WRAPPERS = (dot, ascontiguousarray, empty, zeros, full)

@@ -96,7 +96,7 @@ def module_source(m, kernels: list[list[str]], helpers: dict) -> str:
         "import numpy",
         "from numba import njit, prange",
         "",
-        "# NumPy; np.dot/empty/zeros/full through wrappers whose machine code Numba caches",
+        "# NumPy; np.dot, np.empty, ... through wrappers whose machine code Numba caches",
         "from blockbuster_numba.kernel_numpy import np",
         "",
         "from blockbuster_numba.runtime import "
