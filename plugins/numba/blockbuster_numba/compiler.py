@@ -9,7 +9,9 @@ NumPy and Python versions. The kernels
 are ``@njit(cache=True)`` with explicit signatures, so importing the module compiles
 them, and Numba keeps their machine code in ``__pycache__`` beside the file: a second
 process importing the same file loads the machine code instead of compiling again.
-The file is never rewritten (its timestamp is part of Numba's cache check).
+The file is rewritten only when it does not hold its source (its timestamp is part of
+Numba's cache check); when importing it fails on Numba's cache entries (damaged), they
+are removed and the kernels compiled again.
 
 Running: inputs become C-contiguous arrays of the program's dtype, and the kernels run
 on the module's thread count (the backend's ``Hardware.cores``, at most
@@ -81,13 +83,39 @@ def _writable(directory: Path) -> Path:
     return fallback
 
 
-def _write_once(path: Path, source: str) -> None:
-    if path.exists():
-        return
+def _write_source(path: Path, source: str) -> None:
+    """``source`` at ``path``. An existing file is kept when it holds exactly that
+    text (its timestamp is part of Numba's cache check) and replaced otherwise (a
+    damaged cache entry: Numba then sees a new file and compiles afresh)."""
+    try:
+        if path.read_text() == source:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(source)
     os.replace(tmp, path)  # atomic: a concurrent process sees all of it or nothing
+
+
+def numba_cache_dir(path: Path) -> Path:
+    """Where Numba keeps the machine code of the functions of the file ``path`` (its
+    own choice: ``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the file, else a
+    per-user directory)."""
+    from numba.core import caching
+
+    def probe():
+        pass
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    for locator in getattr(impl, "_locator_classes", ()):
+        try:
+            found = locator.from_function(probe, str(path))
+        except Exception:
+            continue
+        if found is not None:
+            return Path(found.get_cache_path())
+    return path.parent / "__pycache__"
 
 
 def _blas_controller() -> ThreadpoolController:
@@ -116,7 +144,7 @@ class CompiledModule:
             self.reused_in_process = module is not None
             self.precompiled: list[str] = []
             if module is None:
-                _write_once(self.path, source)
+                _write_source(self.path, source)
                 self.precompiled = self._precompile(compile_workers)
                 module = self._import()
                 _MODULES[self.key] = module
@@ -147,6 +175,20 @@ class CompiledModule:
         return f"_bb_numba_{self.path.stem}"
 
     def _import(self):
+        """The module, imported; when that fails and Numba has cache entries for it
+        (a damaged entry fails to unpickle or link), once more without them."""
+        try:
+            return self._import_once()
+        except BackendError:
+            stale = self.cache_files()
+            if not stale:
+                raise
+        for entry in stale:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        return self._import_once()
+
+    def _import_once(self):
         # Numba finds a function's module (for its cache and its globals) by name in
         # sys.modules, so the module is registered there before it runs.
         name = self._module_name()
@@ -178,8 +220,8 @@ class CompiledModule:
 
     def cache_files(self) -> list[Path]:
         """Numba's index and object files for this module's kernels."""
-        pycache = self.path.parent / "__pycache__"
-        return sorted(pycache.glob(f"{self.path.stem}.*.nb*")) if pycache.exists() else []
+        where = numba_cache_dir(self.path)
+        return sorted(where.glob(f"{self.path.stem}.*.nb*")) if where.exists() else []
 
     def __call__(self, inputs) -> dict:
         arrays = {name: _kernel_array(inputs[name], self.dtype)
