@@ -141,13 +141,16 @@ def driver(m) -> list[str]:
         for a in k.writes():
             shape = [m.dims[d].size for d in p.array(a).dims]
             lines.append(f"    {names[a]} = numpy.empty({shape_text(shape)}, DT)")
-        args = ", ".join(names[a] for a in m.kernel_args(k))
-        lines.append(f"    {m.kernel_launch.get(k.name, m.kernel_fn(k))}({args})")
+        runner, arrays = m.call_args(k)
+        args = ", ".join(names[a] for a in arrays)
+        if runner is not k:
+            lines.append(f"    # kernel {k.name}: the function of kernel {runner.name}")
+        lines.append(f"    {m.kernel_launch.get(runner.name, m.kernel_fn(runner))}({args})")
         dead = sorted(a for a, j in last_use.items() if j == i and a in p.intermediates)
         if dead:  # free intermediates as soon as nothing reads them any more
             lines.append(f"    del {', '.join(names[a] for a in dead)}")
     outs = ", ".join(f"{o!r}: {names[o]}" for o in p.outputs)
     lines.append(f"    return {{{outs}}}")
-    fns = ", ".join(m.kernel_fn(k) for k in p.kernels)
+    fns = ", ".join(m.kernel_fn(k) for k in p.kernels if k.name not in m.twins)
     lines += ["", "", f"KERNELS = [{fns}]"]
     return lines
