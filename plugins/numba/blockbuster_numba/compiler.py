@@ -7,8 +7,11 @@ generated for, this plugin's version, the source of :mod:`.runtime` and
 :mod:`.kernel_numpy` (their machine code is inlined into the kernels) and the Numba,
 NumPy and Python versions. The kernels
 are ``@njit(cache=True)`` with explicit signatures, so importing the module compiles
-them, and Numba keeps their machine code in ``__pycache__`` beside the file: a second
-process importing the same file loads the machine code instead of compiling again.
+them, and Numba keeps their machine code in ``__pycache__`` beside the file (or under
+``NUMBA_CACHE_DIR``): a second process importing the same file loads the machine code
+instead of compiling again. A new module's kernels are first compiled into that cache
+on several processes at once when that pays (:mod:`.parallel_compile`; a
+``.compiled`` marker beside the file says it has been done).
 The file is rewritten only when it does not hold its source (its timestamp is part of
 Numba's cache check); when importing it fails on Numba's cache entries (damaged), they
 are removed and the kernels compiled again.
@@ -18,8 +21,9 @@ on the module's thread count (the backend's ``Hardware.cores``, at most
 ``NUMBA_NUM_THREADS``: a parallel kernel's loop runs as one range per thread on
 :mod:`.threads`, or, where the generator kept a ``prange``, on Numba's pool held to
 it) with BLAS held to one thread (they call ``np.dot`` on blocks from inside the
-parallel loop, where a multi-threaded BLAS would oversubscribe the cores). ``scipy.linalg.cython_blas``
-is imported first so that the BLAS Numba calls is loaded before threadpoolctl looks.
+parallel loop, where a multi-threaded BLAS would oversubscribe the cores).
+``scipy.linalg.cython_blas`` is imported first so that the BLAS Numba calls is loaded
+before threadpoolctl looks.
 """
 
 from __future__ import annotations
