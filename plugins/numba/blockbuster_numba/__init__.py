@@ -47,8 +47,8 @@ class NumbaCompiledProgram(CompiledProgram):
     source_path: str = ""
     codegen_seconds: float = 0.0
     jit_seconds: float = 0.0
-    cache_hits: int = 0       # kernels loaded from Numba's on-disk cache
-    cache_misses: int = 0     # kernels compiled now
+    cache_hits: int = 0       # kernel functions loaded from Numba's on-disk cache
+    cache_misses: int = 0     # kernel functions compiled now (identical kernels share one)
 
 
 @attrs.frozen(kw_only=True, eq=False)
