@@ -84,3 +84,25 @@ def test_a_parallel_kernel_runs_on_thread_ranges_without_parfors():
     assert not compiled.run.uses_numba_pool
     got = compiled(A=A, B=B)["Y"]
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_a_forked_child_runs_parallel_loops_on_its_own_threads():
+    import multiprocessing
+
+    def kernel(out, lo, hi):
+        out[lo:hi] = 1.0
+
+    parallel_for(kernel, 4, 2, np.zeros(4))           # the parent's pool exists
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply_async(_child_sum).get(timeout=120) == 6.0   # no hang
+
+
+def _child_sum():
+    out = np.zeros(6)
+
+    def kernel(lo, hi):
+        out[lo:hi] = 1.0
+
+    parallel_for(kernel, 6, 2)
+    return float(out.sum())

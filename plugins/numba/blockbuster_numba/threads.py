@@ -14,6 +14,7 @@ when linking it. Released-GIL threads run the same machine code in parallel.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,17 +22,20 @@ import numba
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
+_POOL_PID = 0
 _LOCK = threading.Lock()
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """A pool of at least ``workers`` threads, shared by every generated module."""
-    global _POOL, _POOL_SIZE
+    """A pool of at least ``workers`` threads, shared by every generated module (a
+    forked child, which has none of its parent's threads, makes its own)."""
+    global _POOL, _POOL_SIZE, _POOL_PID
     with _LOCK:
-        if _POOL is None or _POOL_SIZE < workers:
-            old = _POOL
+        forked = _POOL_PID != os.getpid()
+        if _POOL is None or _POOL_SIZE < workers or forked:
+            old = None if forked else _POOL
             _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="blockbuster")
-            _POOL_SIZE = workers
+            _POOL_SIZE, _POOL_PID = workers, os.getpid()
             if old is not None:
                 old.shutdown(wait=False)     # its queued work still runs
         return _POOL
