@@ -80,6 +80,7 @@ def test_a_different_source_is_a_different_entry(tmp_path, fresh):
 def test_kernels_compiled_by_a_worker_process_are_the_entries_the_import_loads(
         tmp_path, fresh, monkeypatch):
     monkeypatch.setattr(parallel_compile, "MIN_WORKER_LINES", 0)   # worth it for any size
+    monkeypatch.setattr(parallel_compile, "WORKER_START_LINES", 0)
     monkeypatch.setenv("BLOCKBUSTER_COMPILE_WORKERS", "2")
     program = bb.parse_program(TWO.format(m=40))
     compiled = compile_module(program, threads=1, cache_dir=tmp_path)
@@ -97,9 +98,13 @@ def test_kernels_compiled_by_a_worker_process_are_the_entries_the_import_loads(
 def test_the_compile_plan_balances_kernels_by_their_source_lines():
     source = "\n".join(
         [f'@njit("void()", cache=True)\ndef {name}(' + "):\n" + "    pass\n" * lines
-         for name, lines in (("k_big", 90), ("k_mid", 50), ("k_small", 40))]
+         for name, lines in (("k_big", 90), ("k_mid", 70), ("k_small", 40))]
         + ["def run(inputs):", "    pass"])
     sizes = parallel_compile.kernel_sizes(source)
     assert sizes["k_big"] > sizes["k_mid"] > sizes["k_small"]
-    assert parallel_compile.plan(source, 2) == [["k_big"], ["k_mid", "k_small"]]
+    # A worker starts WORKER_START_LINES behind this process (it must import Numba).
+    start = parallel_compile.WORKER_START_LINES
+    assert sizes["k_big"] + sizes["k_small"] <= start + sizes["k_mid"] + sizes["k_small"]
+    assert parallel_compile.plan(source, 2) == [["k_big", "k_small"], ["k_mid"]]
     assert parallel_compile.plan(source, 1) == [["k_big", "k_mid", "k_small"]]
+    assert parallel_compile.plan(source[source.index("@njit", 10):], 2) == [["k_mid", "k_small"]]

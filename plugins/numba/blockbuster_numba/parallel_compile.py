@@ -31,6 +31,10 @@ _KERNEL = re.compile(r'^@njit\("[^"]*", (.*)\)\ndef (\w+)\(', re.MULTILINE)
 #: second to start and import Numba) costs more than it saves.
 MIN_WORKER_LINES = 60
 
+#: A worker's start (Python, Numba, the plugin: ~1.5-2.5 CPU s) in lines of kernel
+#: source (~0.05 CPU s a line): workers start with this much of a share.
+WORKER_START_LINES = 40
+
 
 def kernel_sizes(source: str) -> dict[str, int]:
     """Kernel function name -> its lines of source (the compile-time estimate)."""
@@ -44,18 +48,20 @@ def kernel_sizes(source: str) -> dict[str, int]:
 
 def plan(source: str, workers: int) -> list[list[str]]:
     """Kernel names in at most ``workers`` groups of near-equal lines (longest first
-    to the lightest group); one group when splitting would not pay."""
+    to the lightest group, a worker's start counted in); the first group is this
+    process's. One group when splitting would not pay."""
     sizes = kernel_sizes(source)
     groups: list[list[str]] = [[] for _ in range(max(1, min(workers, len(sizes))))]
-    load = [0] * len(groups)
+    start = [0] + [WORKER_START_LINES] * (len(groups) - 1)     # group 0: this process
+    load = list(start)
     for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
         i = load.index(min(load))
         groups[i].append(name)
         load[i] += sizes[name]
-    groups = [g for g, n in zip(groups, load) if n]
-    if len(groups) > 1 and min(load[i] for i in range(len(load)) if load[i]) < MIN_WORKER_LINES:
+    shares = [(g, n - s) for g, n, s in zip(groups, load, start) if g]
+    if len(shares) > 1 and min(lines for _, lines in shares) < MIN_WORKER_LINES:
         return [sorted(sizes)]
-    return groups
+    return [g for g, _ in shares]
 
 
 def compile_only(path: Path, kernels: list[str], module_name: str) -> None:
