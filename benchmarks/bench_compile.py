@@ -29,6 +29,19 @@ CPU seconds exclusive of nested compiles:
   initialisation, writing and loading the module.
 
 ``import`` is the time to import ``blockbuster`` and the plugin in a fresh process.
+
+Measured 2026-12-01 on the shared 2-core box at load average 6-11 (so wall times mean
+little; CPU seconds of the compiling process, ``+workers`` beside), against b738c03:
+
+    case (default sizes)   before: cold cpu   now: cold cpu (+workers)   runtime cache
+    attention               7.70               2.30                         warm
+    attention               8.95               9.11                         empty too
+    llama_layer            18.50               9.67 (+11.04)                warm
+    llama_layer            17.87              10.42 (+12.23)                empty too
+    layernorm_matmul          -                6.04 / 10.33                 warm / empty
+    rmsnorm_ffn_swiglu        -                6.19 / 9.10                  warm / empty
+    warm start (all)       0.81-1.14           0.76-1.24: ~0.3 s importing scipy.linalg
+                                               (BLAS), ~0.4 s Numba's first-use set-up
 """
 
 from __future__ import annotations
