@@ -1,8 +1,12 @@
 """blockbuster-numba: the Numba backend of Blockbuster.
 
 It generates Python source from a block program (:func:`generate_source`: one
-``@njit(parallel=True)`` function per kernel, derived from the IR alone) and
-JIT-compiles it with Numba, caching both the source and the machine code on disk.
+``@njit`` function per kernel, derived from the IR alone; a parallel kernel's loop
+runs as one range per thread, :mod:`.threads`) and JIT-compiles it with Numba,
+caching both the source and the machine code on disk. Compile time: NumPy calls in
+kernels go through cached wrappers (:mod:`.kernel_numpy`), and a new module's
+kernels compile on several processes at once (:mod:`.parallel_compile`);
+``benchmarks/bench_compile.py`` measures it.
 
     import blockbuster as bb
     run = bb.compile(bb.fuse(bb.workload("attention")).program, backend="numba")
@@ -43,8 +47,8 @@ class NumbaCompiledProgram(CompiledProgram):
     source_path: str = ""
     codegen_seconds: float = 0.0
     jit_seconds: float = 0.0
-    cache_hits: int = 0       # kernels loaded from Numba's on-disk cache
-    cache_misses: int = 0     # kernels compiled now
+    cache_hits: int = 0       # kernel functions loaded from Numba's on-disk cache
+    cache_misses: int = 0     # kernel functions compiled now (identical kernels share one)
 
 
 @attrs.frozen(kw_only=True, eq=False)

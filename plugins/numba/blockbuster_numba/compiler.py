@@ -3,19 +3,27 @@
 The generated source of a program is written once to
 ``$BLOCKBUSTER_CACHE/numba/<program>_<key>.py`` (default cache root:
 ``~/.cache/blockbuster``), where ``key`` hashes the source, the thread count it was
-generated for, this plugin's version, the source of :mod:`.runtime` and the Numba,
+generated for, this plugin's version, the source of :mod:`.runtime` and
+:mod:`.kernel_numpy` (their machine code is inlined into the kernels) and the Numba,
 NumPy and Python versions. The kernels
 are ``@njit(cache=True)`` with explicit signatures, so importing the module compiles
-them, and Numba keeps their machine code in ``__pycache__`` beside the file: a second
-process importing the same file loads the machine code instead of compiling again.
-The file is never rewritten (its timestamp is part of Numba's cache check).
+them, and Numba keeps their machine code in ``__pycache__`` beside the file (or under
+``NUMBA_CACHE_DIR``): a second process importing the same file loads the machine code
+instead of compiling again. A new module's kernels are first compiled into that cache
+on several processes at once when that pays (:mod:`.parallel_compile`; a
+``.compiled`` marker beside the file says it has been done).
+The file is rewritten only when it does not hold its source (its timestamp is part of
+Numba's cache check); when importing it fails on Numba's cache entries (damaged), they
+are removed and the kernels compiled again.
 
 Running: inputs become C-contiguous arrays of the program's dtype, and the kernels run
-on the module's thread count (the backend's ``Hardware.cores``; Numba's pool is held
-to it, at most ``NUMBA_NUM_THREADS``) with BLAS held to one thread (they call
-``np.dot`` on blocks from inside ``prange``, where a multi-threaded BLAS would
-oversubscribe the cores). ``scipy.linalg.cython_blas``
-is imported first so that the BLAS Numba calls is loaded before threadpoolctl looks.
+on the module's thread count (the backend's ``Hardware.cores``, at most
+``NUMBA_NUM_THREADS``: a parallel kernel's loop runs as one range per thread on
+:mod:`.threads`, or, where the generator kept a ``prange``, on Numba's pool held to
+it) with BLAS held to one thread (they call ``np.dot`` on blocks from inside the
+parallel loop, where a multi-threaded BLAS would oversubscribe the cores).
+``scipy.linalg.cython_blas`` is imported first so that the BLAS Numba calls is loaded
+before threadpoolctl looks.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ import scipy.linalg.cython_blas  # noqa: F401  (load Numba's BLAS before threadp
 import numba  # noqa: E402
 from threadpoolctl import ThreadpoolController  # noqa: E402
 
-from . import runtime  # noqa: E402
+from . import kernel_numpy, runtime  # noqa: E402
+from .parallel_compile import precompile  # noqa: E402
 from .codegen import generate_source  # noqa: E402
 
 _MODULES: dict[str, object] = {}        # cache key -> imported module (this process)
@@ -58,6 +67,7 @@ def cache_key(source: str, threads: int) -> str:
     from . import __version__
     h = hashlib.sha256()
     for part in (source, f"threads={threads}", __version__, Path(runtime.__file__).read_text(),
+                 Path(kernel_numpy.__file__).read_text(),
                  numba.__version__, np.__version__, sys.version):
         h.update(part.encode())
         h.update(b"\0")
@@ -77,13 +87,39 @@ def _writable(directory: Path) -> Path:
     return fallback
 
 
-def _write_once(path: Path, source: str) -> None:
-    if path.exists():
-        return
+def _write_source(path: Path, source: str) -> None:
+    """``source`` at ``path``. An existing file is kept when it holds exactly that
+    text (its timestamp is part of Numba's cache check) and replaced otherwise (a
+    damaged cache entry: Numba then sees a new file and compiles afresh)."""
+    try:
+        if path.read_text() == source:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(source)
     os.replace(tmp, path)  # atomic: a concurrent process sees all of it or nothing
+
+
+def numba_cache_dir(path: Path) -> Path:
+    """Where Numba keeps the machine code of the functions of the file ``path`` (its
+    own choice: ``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the file, else a
+    per-user directory)."""
+    from numba.core import caching
+
+    def probe():
+        pass
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    for locator in getattr(impl, "_locator_classes", ()):
+        try:
+            found = locator.from_function(probe, str(path))
+        except Exception:
+            continue
+        if found is not None:
+            return Path(found.get_cache_path())
+    return path.parent / "__pycache__"
 
 
 def _blas_controller() -> ThreadpoolController:
@@ -97,7 +133,7 @@ class CompiledModule:
     """A generated module, imported (its kernels JIT-compiled or loaded from cache)."""
 
     def __init__(self, program, source: str, dtype: np.dtype, threads: int,
-                 directory: Path | None = None):
+                 directory: Path | None = None, compile_workers: int = 1):
         self.program = program
         self.source = source
         self.dtype = dtype
@@ -110,18 +146,56 @@ class CompiledModule:
         with _LOCK:
             module = _MODULES.get(self.key)
             self.reused_in_process = module is not None
+            self.precompiled: list[str] = []
             if module is None:
-                _write_once(self.path, source)
+                _write_source(self.path, source)
+                self.precompiled = self._precompile(compile_workers)
                 module = self._import()
                 _MODULES[self.key] = module
+                self._compiled_marker().touch()
         self.module = module
         self.jit_seconds = time.perf_counter() - start
         self.kernels = list(module.KERNELS)
+        # Kernels still using Numba's parfors (a prange loop the generator could not
+        # split into thread ranges); the others run on blockbuster_numba.threads.
+        self.uses_numba_pool = any(k.targetoptions.get("parallel") for k in self.kernels)
+
+    def _compiled_marker(self) -> Path:
+        """Written once the module has been imported (its kernels are in Numba's cache,
+        wherever NUMBA_CACHE_DIR puts it): no parallel precompile after that."""
+        return self.path.with_suffix(".compiled")
+
+    def _precompile(self, workers: int) -> list[str]:
+        """Kernels compiled into the cache on ``workers`` processes before the import
+        (:mod:`.parallel_compile`); none when cached already or when it does not pay."""
+        if workers < 2 or self._compiled_marker().exists():
+            return []
+        try:
+            return precompile(self.path, self.source, workers, self._module_name())
+        except Exception:       # the import compiles what is missing and reports errors
+            return []
+
+    def _module_name(self) -> str:
+        return f"_bb_numba_{self.path.stem}"
 
     def _import(self):
+        """The module, imported; when that fails and Numba has cache entries for it
+        (a damaged entry fails to unpickle or link), once more without them."""
+        try:
+            return self._import_once()
+        except BackendError:
+            stale = self.cache_files()
+            if not stale:
+                raise
+        for entry in stale:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        return self._import_once()
+
+    def _import_once(self):
         # Numba finds a function's module (for its cache and its globals) by name in
         # sys.modules, so the module is registered there before it runs.
-        name = f"_bb_numba_{self.path.stem}"
+        name = self._module_name()
         spec = importlib.util.spec_from_file_location(name, self.path)
         if spec is None or spec.loader is None:
             raise BackendError(f"numba: cannot import generated module {self.path}")
@@ -139,22 +213,25 @@ class CompiledModule:
 
     @property
     def cache_hits(self) -> int:
-        """Kernels whose machine code came from Numba's on-disk cache."""
-        return sum(sum(k.stats.cache_hits.values()) for k in self.kernels)
+        """Kernels whose machine code came from Numba's on-disk cache (not counting
+        those compiled into it by this compile's precompile)."""
+        return sum(sum(k.stats.cache_hits.values()) for k in self.kernels) - len(self.precompiled)
 
     @property
     def cache_misses(self) -> int:
-        return sum(sum(k.stats.cache_misses.values()) for k in self.kernels)
+        """Kernels compiled by this compile (here or by its worker processes)."""
+        return sum(sum(k.stats.cache_misses.values()) for k in self.kernels) + len(self.precompiled)
 
     def cache_files(self) -> list[Path]:
         """Numba's index and object files for this module's kernels."""
-        pycache = self.path.parent / "__pycache__"
-        return sorted(pycache.glob(f"{self.path.stem}.*.nb*")) if pycache.exists() else []
+        where = numba_cache_dir(self.path)
+        return sorted(where.glob(f"{self.path.stem}.*.nb*")) if where.exists() else []
 
     def __call__(self, inputs) -> dict:
         arrays = {name: _kernel_array(inputs[name], self.dtype)
                   for name in self.program.inputs}
-        with _blas_controller().limit(limits=1, user_api="blas"), _numba_threads(self.threads):
+        pool = _numba_threads(self.threads) if self.uses_numba_pool else contextlib.nullcontext()
+        with _blas_controller().limit(limits=1, user_api="blas"), pool:
             return self.module.run(arrays)
 
 
@@ -177,6 +254,20 @@ def _kernel_array(value, dtype: np.dtype) -> np.ndarray:
     return arr if arr.flags.writeable else arr.copy()
 
 
+def compile_workers(threads: int) -> int:
+    """Processes that compile a new module's kernels at once: the module's threads, at
+    most the CPUs this process may run on; ``BLOCKBUSTER_COMPILE_WORKERS`` overrides
+    (1: compile in this process only)."""
+    setting = os.environ.get("BLOCKBUSTER_COMPILE_WORKERS", "").strip()
+    if setting.isdigit() and int(setting) > 0:
+        return int(setting)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(threads, cpus))
+
+
 def compile_module(program, dtype=np.float32, *, threads: int,
                    cache_dir: str | os.PathLike | None = None,
                    parallel: bool | None = None, hardware=None) -> CompiledModule:
@@ -193,6 +284,7 @@ def compile_module(program, dtype=np.float32, *, threads: int,
     source = generate_source(program, dtype=dtype.name, threads=threads, parallel=parallel,
                              hardware=hardware)
     codegen = time.perf_counter() - start
-    compiled = CompiledModule(program, source, dtype, threads, cache_dir)
+    compiled = CompiledModule(program, source, dtype, threads, cache_dir,
+                              compile_workers=compile_workers(threads))
     compiled.codegen_seconds = codegen
     return compiled

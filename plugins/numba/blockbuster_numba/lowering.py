@@ -88,4 +88,5 @@ CHEAP = frozenset(n for n, s in OPS.items() if s.cheap)
 #: Names the generated module defines or imports; never used for locals.
 MODULE_NAMES = {"np", "math", "njit", "prange", "DT", "ONE", "ZERO", "NEG_INF", "square_",
                 "FASTMATH", "run", "KERNELS", "r", "c", "range", "min", "max", "abs", "len",
-                "print", "inputs", "it"} | set(HELPERS["float32"]) | set(HELPERS["float64"])
+                "print", "inputs", "it",
+                "THREADS", "parallel_for_", "numpy"} | set(HELPERS["float32"]) | set(HELPERS["float64"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from blockbuster.errors import BackendError
+from blockbuster.ir.kernel_key import kernel_key
 from blockbuster.ir.printer import format_float
 from blockbuster.ir.program import Kernel, Program
 
@@ -37,15 +38,34 @@ class ModuleGenerator:
         # Array names become the kernels' argument names (and the driver's locals).
         self.arg_names = {a.name: self.module_names.fresh(a.name) for a in program.arrays}
         self.kernel_names: dict[str, str] = {}
+        self.kernel_launch: dict[str, str] = {}   # kernel -> its threads launcher, if any
+        self.twins: dict[str, Kernel] = {}         # kernel -> the same kernel met earlier
         self.kernels: list[KernelGenerator] = []  # after generate(): each kernel's plan
 
     def generate(self) -> str:
         sources = []
+        first: dict = {}
         for k in self.program.kernels:
             gen = KernelGenerator(self, k)
-            sources.append(gen.generate())
+            text = gen.generate()
             self.kernels.append(gen)
+            # The same kernel on other arrays (identical layers): one function, called
+            # with these arrays; Numba compiles it once.
+            twin = first.setdefault(kernel_key(k, self.program), k)
+            if twin is k:
+                sources.append(text)
+            else:
+                self.twins[k.name] = twin
         return module_source(self, sources, HELPERS[self.dtype])
+
+    def call_args(self, kernel: Kernel) -> tuple[Kernel, list[str]]:
+        """The kernel whose function runs ``kernel`` (itself, or its earlier twin) and
+        ``kernel``'s arrays in that function's argument order."""
+        twin = self.twins.get(kernel.name)
+        if twin is None:
+            return kernel, self.kernel_args(kernel)
+        mine = dict(zip(array_order(twin), array_order(kernel)))
+        return twin, [mine[a] for a in self.kernel_args(twin)]
 
     def const(self, value: float) -> str:
         key = float(value).hex()
@@ -64,6 +84,26 @@ class ModuleGenerator:
             name = self.kernel_names[kernel.name] = self.module_names.fresh("kernel_" + kernel.name)
         return name
 
+    def launcher_fn(self, kernel: Kernel) -> str:
+        """The Python function running a parallel kernel's ranges on threads."""
+        name = self.kernel_launch.get(kernel.name)
+        if name is None:
+            name = self.kernel_launch[kernel.name] = self.module_names.fresh(
+                "parallel_" + kernel.name)
+        return name
+
     def kernel_args(self, kernel: Kernel) -> list[str]:
         used = kernel.reads() | set(kernel.writes())
         return [a.name for a in self.program.arrays if a.name in used]
+
+
+def array_order(kernel: Kernel) -> list[str]:
+    """The kernel's arrays in order of first use (stores, then loads in walk order):
+    two kernels with equal :func:`kernel_key` use corresponding arrays in the same
+    places of this order."""
+    order = dict.fromkeys(s.array for s in kernel.stores)
+    for s in kernel.stores:
+        for n in s.value.walk():
+            if n.op == "load":
+                order.setdefault(n.attr.array)
+    return list(order)

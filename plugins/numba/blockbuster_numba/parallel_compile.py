@@ -1,0 +1,104 @@
+"""Compile a generated module's kernels in several processes at once.
+
+Numba compiles under one lock per process, so a module's kernels compile one after
+the other. When a module has more than one sizeable kernel, :func:`precompile`
+splits them into groups of about equal size (by their lines of source), compiles the
+first group in this process and each other group in a worker process, all into
+Numba's on-disk cache; importing the module afterwards loads every kernel from it.
+
+How a process compiles only its group: it executes the module's file with the other
+kernels' ``@njit("signature", ...)`` decorators made lazy (the signature dropped, on
+the same line), compiled under the file's own path and module name. Numba's cache entry of a
+function is named by that path, its qualified name and first line, and checked
+against the file's timestamp and the function's bytecode: all unchanged, so the
+entries are exactly the ones the real import looks for. A worker that fails costs
+nothing but time: the import compiles whatever is not cached.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+#: A kernel function of a generated module: its eager decorator, then its ``def``.
+_KERNEL = re.compile(r'^@njit\("[^"]*", (.*)\)\ndef (\w+)\(', re.MULTILINE)
+
+#: Below this many lines of source in the smaller share, a worker process (about a
+#: second to start and import Numba) costs more than it saves.
+MIN_WORKER_LINES = 60
+
+#: A worker's start (Python, Numba, the plugin: ~1.5-2.5 CPU s) in lines of kernel
+#: source (~0.05 CPU s a line): workers start with this much of a share.
+WORKER_START_LINES = 40
+
+
+def kernel_sizes(source: str) -> dict[str, int]:
+    """Kernel function name -> its lines of source (the compile-time estimate)."""
+    found = list(_KERNEL.finditer(source))
+    sizes = {}
+    for this, after in zip(found, found[1:] + [None]):
+        end = after.start() if after else source.find("\ndef run(", this.end())
+        sizes[this.group(2)] = source.count("\n", this.start(), end if end > 0 else None)
+    return sizes
+
+
+def plan(source: str, workers: int) -> list[list[str]]:
+    """Kernel names in at most ``workers`` groups of near-equal lines (longest first
+    to the lightest group, a worker's start counted in); the first group is this
+    process's. One group when splitting would not pay."""
+    sizes = kernel_sizes(source)
+    groups: list[list[str]] = [[] for _ in range(max(1, min(workers, len(sizes))))]
+    start = [0] + [WORKER_START_LINES] * (len(groups) - 1)     # group 0: this process
+    load = list(start)
+    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+        i = load.index(min(load))
+        groups[i].append(name)
+        load[i] += sizes[name]
+    shares = [(g, n - s) for g, n, s in zip(groups, load, start) if g]
+    if len(shares) > 1 and min(lines for _, lines in shares) < MIN_WORKER_LINES:
+        return [sorted(sizes)]
+    return [g for g, _ in shares]
+
+
+def compile_only(path: Path, kernels: list[str], module_name: str) -> None:
+    """Execute the module at ``path`` compiling only ``kernels`` (into the cache)."""
+    keep = set(kernels)
+    source = path.read_text()
+
+    def lazy(m: re.Match) -> str:
+        return m.group(0) if m.group(2) in keep else f"@njit({m.group(1)})\ndef {m.group(2)}("
+
+    module = types.ModuleType(module_name)
+    module.__file__ = str(path)
+    sys.modules[module_name] = module
+    try:
+        exec(compile(_KERNEL.sub(lazy, source), str(path), "exec"), module.__dict__)
+    finally:
+        sys.modules.pop(module_name, None)
+
+
+def precompile(path: Path, source: str, workers: int, module_name: str) -> list[str]:
+    """Compile the kernels of the module at ``path`` (text ``source``) on up to
+    ``workers`` processes, this one included, when that pays; the kernels compiled
+    here and by the workers that succeeded (empty when it did not pay: the import
+    compiles them). ``module_name``: the name the module is imported under (Numba's
+    cache entries name it)."""
+    groups = plan(source, workers)
+    if len(groups) < 2:
+        return []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", "import sys; from blockbuster_numba.parallel_compile import "
+         "compile_only; from pathlib import Path; "
+         "compile_only(Path(sys.argv[1]), sys.argv[2].split(','), sys.argv[3])",
+         str(path), ",".join(group), module_name], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL) for group in groups[1:]]
+    try:
+        compile_only(path, groups[0], module_name)
+    finally:
+        done = [proc.wait() == 0 for proc in procs]
+    return sorted(name for group, ok in zip(groups, [True] + done) if ok for name in group)

@@ -1,0 +1,110 @@
+"""The kernel cache survives damage and keeps programs apart: a damaged Numba entry or
+generated file is replaced by a fresh compile (never an error), a different source is
+a different entry, and kernels compiled by worker processes are the entries the
+import loads."""
+
+import numpy as np
+import pytest
+
+import blockbuster as bb
+from blockbuster_numba import compiler
+from blockbuster_numba.compiler import compile_module, numba_cache_dir
+from blockbuster_numba import parallel_compile
+
+TWO = """
+program two
+dim M = {m} block 16
+dim K = 50 block 16
+input X[M, K]
+array T[M, K]
+output Y[M]
+kernel t for i in M, k in K:
+  T[i, k] = exp(X[i, k])
+kernel y for i in M:
+  Y[i] = sum(k in K: rowsum(T[i, k]))
+"""
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """Forget the modules imported in this process: every compile goes to the disk."""
+    monkeypatch.setattr(compiler, "_MODULES", {})
+    return lambda: monkeypatch.setattr(compiler, "_MODULES", {})
+
+
+def _run(module, m):
+    x = np.random.default_rng(m).uniform(-80.0, 80.0, size=(m, 50)).astype(np.float32)
+    want = np.exp(x.astype(np.float64)).sum(axis=1)          # Y[i] = sum_k exp(X[i, k])
+    got = module({"X": x})["Y"]
+    np.testing.assert_allclose(got, want, rtol=2e-5)
+    return got
+
+
+def test_a_damaged_numba_entry_is_compiled_again(tmp_path, fresh):
+    program = bb.parse_program(TWO.format(m=40))
+    first = compile_module(program, threads=1, cache_dir=tmp_path)
+    assert first.cache_misses == 2 and len(first.cache_files()) >= 4
+    expected = _run(first, 40)
+    for entry in first.cache_files():           # index and machine code both garbled
+        entry.write_bytes(b"\x80not a pickle" * 7)
+    fresh()
+    again = compile_module(program, threads=1, cache_dir=tmp_path)
+    assert again.cache_misses == 2 and again.cache_hits == 0
+    np.testing.assert_array_equal(_run(again, 40), expected)
+    fresh()
+    third = compile_module(program, threads=1, cache_dir=tmp_path)
+    assert third.cache_hits == 2 and third.cache_misses == 0   # the rewritten entries load
+
+
+def test_a_damaged_generated_file_is_rewritten(tmp_path, fresh):
+    program = bb.parse_program(TWO.format(m=40))
+    first = compile_module(program, threads=1, cache_dir=tmp_path)
+    first.path.write_text("def broken(:\n")
+    fresh()
+    again = compile_module(program, threads=1, cache_dir=tmp_path)
+    assert again.path == first.path and again.path.read_text() == again.source
+    _run(again, 40)
+
+
+def test_a_different_source_is_a_different_entry(tmp_path, fresh):
+    a = compile_module(bb.parse_program(TWO.format(m=40)), threads=1, cache_dir=tmp_path)
+    b = compile_module(bb.parse_program(TWO.format(m=37)), threads=1, cache_dir=tmp_path)
+    assert a.source != b.source and a.key != b.key and a.path != b.path
+    assert not set(a.cache_files()) & set(b.cache_files())
+    _run(a, 40), _run(b, 37)
+    fresh()
+    again = compile_module(bb.parse_program(TWO.format(m=40)), threads=1, cache_dir=tmp_path)
+    assert again.cache_hits == 2       # the other program did not displace it
+
+
+def test_kernels_compiled_by_a_worker_process_are_the_entries_the_import_loads(
+        tmp_path, fresh, monkeypatch):
+    monkeypatch.setattr(parallel_compile, "MIN_WORKER_LINES", 0)   # worth it for any size
+    monkeypatch.setattr(parallel_compile, "WORKER_START_LINES", 0)
+    monkeypatch.setenv("BLOCKBUSTER_COMPILE_WORKERS", "2")
+    program = bb.parse_program(TWO.format(m=40))
+    compiled = compile_module(program, threads=1, cache_dir=tmp_path)
+    # One kernel here, the other in the worker: all of them loaded by the import.
+    assert compiled.precompiled == ["kernel_t", "kernel_y"]
+    assert compiled.cache_misses == 2 and compiled.cache_hits == 0
+    assert all(sum(k.stats.cache_hits.values()) == 1 for k in compiled.kernels)
+    assert numba_cache_dir(compiled.path).exists()
+    _run(compiled, 40)
+    fresh()
+    again = compile_module(program, threads=1, cache_dir=tmp_path)
+    assert again.precompiled == [] and again.cache_hits == 2     # compiled once only
+
+
+def test_the_compile_plan_balances_kernels_by_their_source_lines():
+    source = "\n".join(
+        [f'@njit("void()", cache=True)\ndef {name}(' + "):\n" + "    pass\n" * lines
+         for name, lines in (("k_big", 90), ("k_mid", 70), ("k_small", 40))]
+        + ["def run(inputs):", "    pass"])
+    sizes = parallel_compile.kernel_sizes(source)
+    assert sizes["k_big"] > sizes["k_mid"] > sizes["k_small"]
+    # A worker starts WORKER_START_LINES behind this process (it must import Numba).
+    start = parallel_compile.WORKER_START_LINES
+    assert sizes["k_big"] + sizes["k_small"] <= start + sizes["k_mid"] + sizes["k_small"]
+    assert parallel_compile.plan(source, 2) == [["k_big", "k_small"], ["k_mid"]]
+    assert parallel_compile.plan(source, 1) == [["k_big", "k_mid", "k_small"]]
+    assert parallel_compile.plan(source[source.index("@njit", 10):], 2) == [["k_mid", "k_small"]]
