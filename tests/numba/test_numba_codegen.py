@@ -182,8 +182,9 @@ def test_compiled_program_carries_source_and_timings(numba_backend):
 
 def test_triangular_work_is_split_evenly_over_the_threads():
     # Causal attention: query block i reads key blocks 0..i, so its work grows with i.
-    # Numba gives each thread one contiguous chunk of a prange; the kernel visits the
-    # query blocks as 0, n-1, 1, n-2, ... so that every chunk holds equal work.
+    # Each thread runs one contiguous range of the parallel loop (as a prange would);
+    # the kernel visits the query blocks as 0, n-1, 1, n-2, ... so that every range
+    # holds equal work.
     from blockbuster.frontend.builder import GraphBuilder
     g = GraphBuilder("causal")
     g.dim("T", 768, 64)           # 12 blocks: 3 pairs per thread
@@ -194,7 +195,8 @@ def test_triangular_work_is_split_evenly_over_the_threads():
     q, k, v = g.input("Q", "H", "T", "HD"), g.input("K", "G", "T", "HD"), g.input("V", "T", "KD")
     src = generate_source(fuse(g.build(g.causal_attention(q, k, v, 0.25, name="O"))).program,
                           threads=2)
-    m = re.search(r"for (\w+) in prange\((\d+)\):.*balanced\n\s+(\w+) = (.+)\n", src)
+    m = re.search(r"for (\w+) in (?:range\(lo, hi\):  # )?prange\((\d+)\).*balanced\n"
+                  r"\s+(\w+) = (.+)\n", src)
     assert m, src
     it, n, order = m.group(1), int(m.group(2)), m.group(4)
     visited = [eval(order, {it: i}) for i in range(n)]
