@@ -155,3 +155,25 @@ def test_a_spent_budget_prices_no_further_candidate(monkeypatch):
     assert len(result.program.kernels) == len(program.kernels)
     singles = [n for n in priced if n == 1]
     assert len(singles) >= len(program.kernels) and len(priced) - len(singles) <= 1
+
+
+def test_a_wider_llama_layer_fuses_to_at_most_four_kernels_per_call():
+    """Issue 12's size (T=256, E=256, 4/2 heads, F=512) at the default blocks: at most
+    four kernels per call, no T×T or T×F array in global memory, and the float64
+    oracle matched as closely as NumPy's own float32 layer (4× its error)."""
+    from blockbuster.oracles import oracle_float32
+    from blockbuster.validate import tolerance_from_baseline
+    program = bb.workload("llama_block", T=256, E=256, NH=4, KVH=2, F=512)
+    fused = bb.fuse(program).program
+    c = bb.cost(fused)
+    assert len(fused.kernels) - sum(k.weight_prep for k in c.per_kernel) <= 4
+    for name in fused.intermediates:
+        dims = fused.array(name).dims
+        assert not (dims.count("T") >= 2 or {"T", "F"} <= set(dims)), (name, dims)
+    # (The unfused program has both: the scores [H, T, T] and the SwiGLU input [T, F].)
+    assert any(program.array(n).dims.count("T") >= 2 for n in program.intermediates)
+    inputs = random_inputs(program, seed=3)
+    exact = oracle("llama_block", inputs)
+    baseline = compare(oracle_float32("llama_block", inputs), exact).max_rel_error
+    got = compare(run_program(fused, inputs), exact, tolerance_from_baseline(baseline))
+    assert got.passed, (got, baseline)
