@@ -173,21 +173,22 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
                   for b in low.inputs}
         return arrays
 
-    def oracle(inputs: dict) -> dict:
-        args = [_like(torch.from_numpy(np.asarray(inputs[b.name], dtype=np.float64)
+    def eager(inputs: dict, dtype) -> dict:
+        """The model run eagerly in ``dtype`` (float64: the oracle; float32: what
+        the user's own PyTorch gives, the validation baseline)."""
+        np_dtype = np.float64 if dtype is torch.float64 else np.float32
+        args = [_like(torch.from_numpy(np.asarray(inputs[b.name], dtype=np_dtype)
                                        ).reshape(b.shape), by_name[b.name])
                 for b in low.inputs]
-        out = _eager(model, args, torch.float64)
+        out = _eager(model, args, dtype)
         return {b.name: o.detach().numpy().reshape(program.shape(b.name))
                 for b, o in zip(low.outputs, out)}
 
+    def oracle(inputs: dict) -> dict:
+        return eager(inputs, torch.float64)
+
     def baseline(inputs: dict) -> dict:
-        args = [_like(torch.from_numpy(np.asarray(inputs[b.name], dtype=np.float32)
-                                       ).reshape(b.shape), by_name[b.name])
-                for b in low.inputs]
-        out = _eager(model, args, torch.float32)
-        return {b.name: o.detach().numpy().reshape(program.shape(b.name))
-                for b, o in zip(low.outputs, out)}
+        return eager(inputs, torch.float32)
     return Subject(label, "torch", program, make_inputs, oracle, baseline)
 
 
