@@ -20,8 +20,13 @@ def check(a, b, c):
     assert np.abs(c - want).max() <= 2e-6 * scale
 
 
+#: Columns of one packed B panel at full k-depth (the driver's panel width).
+PANEL = max(mk.NR, mk.PANEL_BYTES // (4 * mk.KC) // mk.NR * mk.NR)
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (mk.MR + 1, 7, mk.NR + 3), (64, 64, 64),
-                                   (2 * mk.MR - 1, mk.KC + 5, mk.NC + mk.NR + 1)])
+                                   (2 * mk.MR - 1, mk.KC + 5, PANEL + mk.NR + 1),
+                                   (mk.MR + 2, 40, 3 * PANEL + 5)])
 def test_contiguous_ragged_shapes(m, k, n):
     rng = np.random.default_rng(m * 1000 + n)
     a = rng.standard_normal((m, k)).astype(np.float32)

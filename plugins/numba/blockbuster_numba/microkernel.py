@@ -7,7 +7,7 @@ phi nodes of the k loop: never reloaded from memory, which plain Numba loops do;
 VW`` vector loads) times ``MR`` broadcasts of ``A``, in fused multiply-adds.
 
 Around it, the driver packs operands the way BLIS does, from any strides (a
-transposed block or a column slice costs no copy before the call): a ``KC x NC``
+transposed block or a column slice costs no copy before the call): a ``kc x nc``
 panel of ``B`` in ``NR``-wide column strips (kept in L2 while every row tile of ``A``
 passes over it), an ``KC x MR`` strip of ``A`` (in L1). Packing pads ragged edges
 with zeros, so one micro-kernel serves every block size; a ragged tile of ``C`` goes
@@ -17,7 +17,7 @@ oversubscription, and on small blocks no per-call overhead to amortise.
 Tile sizes come from this CPU (read once, at import): the vector width from its
 instruction set (AVX-512: 16 lanes and 32 registers; AVX2: 8 lanes and 16), ``MR``
 and ``NR`` so that the accumulators, one row of ``B`` and a broadcast fit the
-register file; ``KC``/``NC`` from the L1/L2 sizes. The generated module's header
+register file; ``KC`` and the panel width from the L1/L2 sizes. The generated module's header
 names them (and this file's hash), so a module generated for other values is not
 reused (the compiled module's cache key is its source).
 """
@@ -70,13 +70,15 @@ def _cache_bytes(level: int, default: int) -> int:
 
 
 VW, MR, NR = tile_shape(_host_features())
-#: k-depth of a packed panel: an MR-row strip of A (KC*MR floats) stays in half of L1.
-KC = max(64, min(512, (_cache_bytes(1, 32 << 10) // 2) // (4 * MR) // 16 * 16))
-#: Columns of a packed B panel: KC*NC floats in half of L2.
-NC = max(NR, (_cache_bytes(2, 512 << 10) // 2) // (4 * KC) // NR * NR)
+#: k-depth of a packed panel: an MR-row strip of A (KC*MR floats) stays in half of L1;
+#: at most 256 (measured on AVX2: 256 beat 512 by 5-10 % at every block shape tried).
+KC = max(64, min(256, (_cache_bytes(1, 32 << 10) // 2) // (4 * MR) // 16 * 16))
+#: Bytes of a packed B panel (``kc x nc`` floats): half of L2. Its width follows the
+#: call's k-depth (a shallow block gets a wide panel: A is re-packed once per panel).
+PANEL_BYTES = _cache_bytes(2, 512 << 10) // 2
 
 #: Names the generated module's header (the values differ per CPU, the hash per edit).
-SIGNATURE = (f"gemm micro-kernel {MR}x{NR} (vector {VW}), panels KC={KC} NC={NC}, "
+SIGNATURE = (f"gemm micro-kernel {MR}x{NR} (vector {VW}), panels KC={KC} B panel {PANEL_BYTES} B, "
              f"{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}")
 
 
@@ -209,14 +211,15 @@ def gemm(A, B, C):
     if M == 0 or N == 0 or K == 0:
         return
     kc_max = min(KC, K)
-    nc_max = min(NC, (N + NR - 1) // NR * NR)
+    nc_step = max(NR, PANEL_BYTES // (4 * kc_max) // NR * NR)
+    nc_max = min(nc_step, (N + NR - 1) // NR * NR)
     bp = np.empty(kc_max * ((nc_max + NR - 1) // NR) * NR, _F32)
     ap = np.empty(kc_max * MR, _F32)
     tile = np.empty((MR, NR), _F32)
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
-        for j0 in range(0, N, NC):
-            nc = min(NC, N - j0)
+        for j0 in range(0, N, nc_step):
+            nc = min(nc_step, N - j0)
             strips = (nc + NR - 1) // NR
             _pack_b(B, k0, kc, j0, nc, bp)
             for i0 in range(0, M, MR):
