@@ -13,8 +13,11 @@ Per case, in one process, on the same float32 inputs (threads: ``--threads``, de
                 causal attention with ``is_causal=True``;
 * ``fused``  -- the block program fused by ``blockbuster.fuse`` for this CPU (candidate
                 selection, as ``blockbuster run`` does), generated
-                and JIT-compiled by the Numba backend (blocks: the workload's defaults,
-                or ``--block``).
+                and JIT-compiled by the Numba backend. Blocks: chosen as ``blockbuster
+                run`` chooses them by default (``--tune measure``: the cost model's
+                best few and the defaults timed, cached in $BLOCKBUSTER_CACHE/tuning;
+                the first run of a case tunes, later runs read the cache), or
+                ``--tune model``/``off``, or set by hand with ``--block``.
 
 Every output is first checked against the float64 oracle. Timing: ``--repeat`` rounds
 (default 5) over the variants, interleaved; in each round a variant gets one untimed
@@ -45,6 +48,7 @@ from threadpoolctl import threadpool_limits
 from blockbuster.frontend.builder import GraphBuilder
 from blockbuster.frontend.workloads import workload
 from blockbuster.oracles import oracle
+import blockbuster
 from blockbuster import fuse
 from blockbuster.validate import (DEFAULT_TOLERANCE, compare, random_inputs,
                                   tolerance_from_baseline)
@@ -230,7 +234,9 @@ def build(name, sizes, blocks):
     else:
         dims = workload(name, **sizes).dims
         own = {d: v for d, v in blocks.items() if any(x.name == d for x in dims)}
-        unfused = workload(name, blocks=own, **sizes)
+        # Through the public API, so that `compile(..., tune=...)` can re-derive the
+        # program at the blocks it chooses (hand-set blocks turn tuning off).
+        unfused = blockbuster.workload(name, blocks=own or None, **sizes)
     fused = fuse(unfused, hardware=numba_backend.hardware).program   # as `run` fuses
     inputs = random_inputs(unfused, seed=0)
     want = causal_oracle(**inputs) if name == "causal_attention" else oracle(name, inputs)
@@ -252,10 +258,13 @@ def measure_peak(threads: int, n: int = 2048, rounds: int = 5) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
-def bench_case(case, blocks: dict, repeat: int, threads: int) -> dict:
+def bench_case(case, blocks: dict, repeat: int, threads: int, tune: str) -> dict:
     label, name, sizes, flops = case
     unfused, fused, inputs, want = build(name, sizes, blocks)
-    compiled = numba_backend.compile(fused)
+    t0 = time.perf_counter()
+    compiled = blockbuster.compile(fused, backend=numba_backend, tune=tune)
+    prepare_s = time.perf_counter() - t0
+    fused = compiled.program
     tv = torch_variant(name)
     runs = {"numpy": lambda: NUMPY[name](**inputs), "torch": lambda: tv(**inputs),
             "fused": lambda: compiled(inputs)}
@@ -283,7 +292,8 @@ def bench_case(case, blocks: dict, repeat: int, threads: int) -> dict:
     return {"label": label, "flops": flops, "blocks": blk, "errors": errors,
             "best": {v: min(ts) for v, ts in times.items()},
             "median": {v: float(np.median(ts)) for v, ts in times.items()},
-            "kernels": len(fused.kernels), "compile_s": compiled.compile_seconds}
+            "kernels": len(fused.kernels), "compile_s": compiled.compile_seconds,
+            "prepare_s": prepare_s}
 
 
 def print_table(results, peak: float) -> None:
@@ -307,7 +317,8 @@ def print_table(results, peak: float) -> None:
         blk = " ".join(f"{d}={v}" for d, v in r["blocks"].items())
         errs = ", ".join(f"{v} {e:.1e}" for v, e in r["errors"].items())
         print(f"  {r['label']}: blocks {blk}; {r['kernels']} kernel(s); compile "
-              f"{r['compile_s']:.1f} s; max rel error vs float64: {errs}")
+              f"{r['compile_s']:.1f} s (with tuning {r['prepare_s']:.1f} s); max rel error "
+              f"vs float64: {errs}")
 
 
 def main(argv=None) -> None:
@@ -317,7 +328,12 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2, help="threads of every variant")
     ap.add_argument("--only", default="", help="comma-separated substrings of case labels")
     ap.add_argument("--block", action="append", default=[], metavar="DIM=INT",
-                    help="block size of the fused program (repeatable)")
+                    help="block size of the fused program (repeatable; turns tuning off)")
+    ap.add_argument("--tune", choices=("measure", "model", "off"), default="measure",
+                    help="how the fused program's blocks are chosen without --block: as "
+                         "`blockbuster run` does by default (measure; cached in "
+                         "$BLOCKBUSTER_CACHE/tuning), the cost model alone, or the "
+                         "workload's defaults (off)")
     args = ap.parse_args(argv)
     blocks = {}
     for item in args.block:
@@ -339,7 +355,7 @@ def main(argv=None) -> None:
     for case in (QUICK if args.quick else FULL):
         if args.only and not any(s and s in case[0] for s in args.only.split(",")):
             continue
-        r = bench_case(case, blocks, args.repeat, args.threads)
+        r = bench_case(case, blocks, args.repeat, args.threads, args.tune)
         results.append(r)
         print(f"  {case[0]}: " + ", ".join(f"{v} {1e3 * r['best'][v]:.1f} ms"
                                            for v in VARIANTS), flush=True)
