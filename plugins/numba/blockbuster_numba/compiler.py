@@ -20,10 +20,11 @@ Running: inputs become C-contiguous arrays of the program's dtype, and the kerne
 on the module's thread count (the backend's ``Hardware.cores``, at most
 ``NUMBA_NUM_THREADS``: a parallel kernel's loop runs as one range per thread on
 :mod:`.threads`, or, where the generator kept a ``prange``, on Numba's pool held to
-it) with BLAS held to one thread (they call ``np.dot`` on blocks from inside the
-parallel loop, where a multi-threaded BLAS would oversubscribe the cores).
-``scipy.linalg.cython_blas`` is imported first so that the BLAS Numba calls is loaded
-before threadpoolctl looks.
+it). Float32 block matmuls run on the micro-kernel; a module that calls BLAS
+(float64 block matmuls through ``np.dot``) runs with BLAS held to one thread (called
+from inside the parallel loop, a multi-threaded BLAS would oversubscribe the cores):
+``scipy.linalg.cython_blas`` is then imported first, so that the BLAS Numba calls is
+loaded before threadpoolctl looks. Other modules skip the limit (~60 µs a call).
 """
 
 from __future__ import annotations
@@ -43,9 +44,7 @@ import numpy as np
 
 from blockbuster.errors import BackendError
 
-import scipy.linalg.cython_blas  # noqa: F401  (load Numba's BLAS before threadpoolctl)
 import numba  # noqa: E402
-from threadpoolctl import ThreadpoolController  # noqa: E402
 
 from . import kernel_numpy, runtime  # noqa: E402
 from .parallel_compile import precompile  # noqa: E402
@@ -53,7 +52,7 @@ from .codegen import generate_source  # noqa: E402
 
 _MODULES: dict[str, object] = {}        # cache key -> imported module (this process)
 _LOCK = threading.Lock()
-_CONTROLLER: ThreadpoolController | None = None
+_CONTROLLER = None                     # threadpoolctl's, made on first use of BLAS
 
 
 def cache_root() -> Path:
@@ -122,11 +121,30 @@ def numba_cache_dir(path: Path) -> Path:
     return path.parent / "__pycache__"
 
 
-def _blas_controller() -> ThreadpoolController:
+#: Generated code that calls BLAS (float64 block matmuls, ``np.dot``); float32 block
+#: matmuls run on the micro-kernel and need none.
+_CALLS_BLAS = re.compile(r"\bnp\.dot\(|\bgemm64\b")
+
+
+def calls_blas(source: str, dtype) -> bool:
+    return np.dtype(dtype) == np.float64 or bool(_CALLS_BLAS.search(source))
+
+
+def _blas_controller():
+    """threadpoolctl's controller, made after the BLAS Numba calls is loaded
+    (``scipy.linalg.cython_blas``: threadpoolctl only sees libraries already loaded)."""
     global _CONTROLLER
     if _CONTROLLER is None:
+        import scipy.linalg.cython_blas  # noqa: F401
+        from threadpoolctl import ThreadpoolController
         _CONTROLLER = ThreadpoolController()
     return _CONTROLLER
+
+
+def _one_blas_thread(uses_blas: bool):
+    if not uses_blas:
+        return contextlib.nullcontext()
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 class CompiledModule:
@@ -159,6 +177,9 @@ class CompiledModule:
         # Kernels still using Numba's parfors (a prange loop the generator could not
         # split into thread ranges); the others run on blockbuster_numba.threads.
         self.uses_numba_pool = any(k.targetoptions.get("parallel") for k in self.kernels)
+        self.uses_blas = calls_blas(source, dtype)
+        if self.uses_blas:
+            _blas_controller()
 
     def _compiled_marker(self) -> Path:
         """Written once the module has been imported (its kernels are in Numba's cache,
@@ -231,7 +252,7 @@ class CompiledModule:
         arrays = {name: _kernel_array(inputs[name], self.dtype)
                   for name in self.program.inputs}
         pool = _numba_threads(self.threads) if self.uses_numba_pool else contextlib.nullcontext()
-        with _blas_controller().limit(limits=1, user_api="blas"), pool:
+        with _one_blas_thread(self.uses_blas), pool:
             return self.module.run(arrays)
 
 
