@@ -36,12 +36,17 @@ def rules_digest(rules) -> str:
     return h.hexdigest()[:16]
 
 
+#: Bumped when the tuner chooses differently for the same key (old choices are then
+#: made again, not reused). 2: wide assignments measured too.
+TUNER_VERSION = 2
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
-        return version("blockbuster")
+        return f"{version('blockbuster')}/tuner {TUNER_VERSION}"
     except PackageNotFoundError:
-        return "unknown"
+        return f"unknown/tuner {TUNER_VERSION}"
 
 
 def tuning_key(structure: str, dims, backend: str, hardware, mode: str, rules: str) -> str:

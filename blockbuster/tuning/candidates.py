@@ -16,6 +16,10 @@ import math
 
 from .constraints import BlockConstraints
 
+#: Widest block of a "wide" candidate (4 KiB rows of float32): past it, blocks stop
+#: paying for themselves on a CPU and start costing parallelism.
+WIDE_BLOCK = 1024
+
 #: Combinations beyond this are not enumerated (per dimension choices are few; this
 #: bounds programs with many tunable dimensions).
 MAX_COMBINATIONS = 4096
@@ -61,3 +65,26 @@ def combinations(sizes: dict[str, int], cores: int, c: BlockConstraints) -> list
         widest = max(range(len(choices)), key=lambda i: len(choices[i]))
         choices[widest] = choices[widest][1:]          # drop its smallest block
     return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
+
+
+def wide_assignments(sizes: dict[str, int], cores: int, c: BlockConstraints) -> list[dict]:
+    """Large blocks, as candidates beside the cost model's: per dimension the largest
+    of its choices at most ``WIDE_BLOCK`` wide and, for a dimension wider than that,
+    splitting it into at least ``cores`` blocks (then ``2 * cores``). Why: the cost
+    model ranks re-blockings of the program fused at the default blocks, but at
+    large blocks fusion may build another program altogether (one mega-kernel whose
+    block matmuls run at the micro-kernel's full speed), which only a measurement
+    sees. None where the local capacity is hard (shared memory)."""
+    if c.hard_capacity:
+        return []
+    out = []
+    for per_core in (1, 2):
+        blocks = {}
+        for d, n in sizes.items():
+            choices = dim_choices(n, cores, c)
+            fitting = [b for b in choices
+                       if b <= WIDE_BLOCK and (n <= WIDE_BLOCK or -(-n // b) >= cores * per_core)]
+            blocks[d] = max(fitting) if fitting else choices[0]
+        if blocks not in out:
+            out.append(blocks)
+    return out

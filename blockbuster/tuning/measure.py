@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-MAX_CANDIDATES = 4
+MAX_CANDIDATES = 5
 ALWAYS = 2
 REPEATS = 3
 SLOWER = 2.0

@@ -15,7 +15,9 @@ other sizes). The steps:
    the fusion cache) and price them again, beside the initial blocks; assignments
    that leave a core idle while another assignment keeps them all busy are dropped;
 3. **measure** (mode ``measure``): :func:`.measure.measure` times the model's
-   favourite, the initial (default) blocks, then the model's next ones, within its
+   favourite, the initial (default) blocks, the wide assignments
+   (:func:`.candidates.wide_assignments`: large blocks, derived too, which the
+   model's re-blockings do not foresee), then the model's next ones, within its
    bound, and the fastest wins; mode ``model`` takes the model's best. Either keeps
    the initial blocks unless the winner beats them clearly (``MEASURE_MARGIN``,
    ``MODEL_MARGIN``).
@@ -39,7 +41,7 @@ import attrs
 from ..cost.model import cost
 from ..ir.program import Program
 from . import cache
-from .candidates import dim_choices
+from .candidates import dim_choices, wide_assignments
 from .constraints import constraints_of
 from .measure import measure
 from .mode import budget_seconds
@@ -207,16 +209,29 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
         limit = cost(base, hardware).objective
         finalists = finalists[:1] + [f for f in finalists[1:]
                                      if cost(f[2], hardware).objective <= limit]
+    wide = []
+    if mode == "measure":
+        taken = {_key(b) for b, _, _ in finalists}
+        for blocks in wide_assignments(tunable.sizes, hardware.cores, constraints):
+            if _key(blocks) in taken:
+                continue
+            try:
+                program = derive(blocks)
+            except Exception:      # noqa: BLE001 - an assignment fusion cannot take
+                continue
+            wide.append((blocks, model(program, hardware, constraints), program))
     ranked = _order(_busy_enough([(b, m) for b, m, _ in finalists], hardware.cores))
-    by_key = {_key(b): p for b, _, p in finalists}
+    by_key = {_key(b): p for b, _, p in finalists + wide}
     if not ranked:                 # nothing priced finite: keep the initial blocks
         return Tuned(initial, mode, "initial", clock() - start, program=base)
     measured: list[float | None] = [None] * len(ranked)
     if mode == "measure":
         from ..validate import random_inputs
-        # The defaults go second (always measured: never beaten unseen).
+        # The defaults go second (always measured: never beaten unseen), the wide
+        # assignments next.
         others = [r for r in ranked if _key(r[0]) != _key(initial)]
-        ranked = others[:1] + [(initial, model(base, hardware, constraints))] + others[1:]
+        ranked = (others[:1] + [(initial, model(base, hardware, constraints))]
+                  + [(b, m) for b, m, _ in wide] + others[1:])
         programs = [by_key[_key(b)] for b, _ in ranked]
         measured = measure(programs, backend.compile, lambda p: random_inputs(p, seed=0),
                            budget_seconds(budget_s), timer=timer, clock=clock)

@@ -7,7 +7,8 @@ import pytest
 from helpers_tuning import WrappedBackend, blocks_of, machine
 
 from blockbuster.tuning import tune
-from blockbuster.tuning.constraints import NUMBA
+from blockbuster.tuning.candidates import wide_assignments
+from blockbuster.tuning.constraints import NUMBA, STRICT
 from blockbuster.tuning.measure import measure
 from blockbuster.tuning.targets import fuser, workload_tunable
 
@@ -101,3 +102,32 @@ def test_the_defaults_stay_unless_clearly_beaten():
         return 1.0 if blocks_of(compiled.program, tunable.sizes) == tunable.initial else 0.98
     tuned = tune(tunable, backend, "measure", timer=timer, budget_s=1e9, use_cache=False)
     assert tuned.blocks == tunable.initial and tuned.source == "measure"
+
+
+def test_a_wide_assignment_is_measured_and_can_win():
+    # Large blocks the model's re-blockings never rank first: derived (fused at those
+    # blocks), measured right after the defaults, and chosen when they are fastest.
+    sizes = {"M": 2100, "K": 70, "N": 130}          # M wider than WIDE_BLOCK, ragged
+    hw = machine()
+    tunable = workload_tunable("layernorm_matmul", sizes, {}, fuser(None, hw))
+    backend = WrappedBackend(hw, NUMBA)
+    wide = wide_assignments(sizes, hw.cores, NUMBA)
+    # 3 blocks of M (2 would be 1056 wide, over WIDE_BLOCK); K and N whole.
+    assert wide[0] == {"M": 704, "K": 70, "N": 130}
+    seen = []
+
+    def timer(compiled, inputs):
+        blocks = blocks_of(compiled.program, tunable.sizes)
+        seen.append(blocks)
+        return 0.001 if blocks == wide[0] else 1.0
+    tuned = tune(tunable, backend, "measure", timer=timer, budget_s=1e9, use_cache=False)
+    assert tuned.blocks == wide[0] and blocks_of(tuned.program, sizes) == wide[0]
+    order = [b for i, b in enumerate(seen) if b not in seen[:i]]
+    assert order.index(wide[0]) == 2      # after the favourite and the defaults
+
+
+def test_no_wide_assignments_where_the_local_capacity_is_hard():
+    assert wide_assignments({"M": 4096, "N": 100}, 2, STRICT) == []
+    # 4096 in at least 2 (then 4) blocks of at most 1024: 1024 both times, kept once.
+    assert wide_assignments({"M": 4096, "N": 100}, 2, NUMBA) == [{"M": 1024, "N": 100}]
+    assert wide_assignments({"M": 3000}, 2, NUMBA) == [{"M": 1000}, {"M": 752}]
