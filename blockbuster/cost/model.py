@@ -78,7 +78,7 @@ from ..ir.combiners import COMBINERS
 from ..ir.expr import Expr
 from ..ir.index import IConst, IVar, Idx, free_vars as index_vars, substitute
 from ..ir.ops import OPS
-from ..ir.kernel_key import declarations_id, kernel_key
+from ..ir.kernel_key import declarations_used, kernel_key
 from ..ir.placement import Binder, binds_loop, place, shared_loops
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
@@ -203,8 +203,7 @@ def cost(program: Program, hardware: Hardware) -> Cost:
     hit = _PROGRAM_COSTS.get(key)
     if hit is None:
         sums = _shared_sums()   # kernels (of one program, of every step) share loop nests
-        decls = declarations_id(program)
-        per_kernel = [_cached_kernel_cost(k, program, hw, sums, decls)
+        per_kernel = [_cached_kernel_cost(k, program, hw, sums)
                       for k in program.kernels]
         per_kernel = [attrs.evolve(c, weight_prep=True) if _is_weight_prep(k, program) else c
                       for k, c in zip(program.kernels, per_kernel)]
@@ -242,8 +241,8 @@ def _shared_sums() -> LoopSums:
 
 
 def _cached_kernel_cost(kernel: Kernel, program: Program, hw: Hardware,
-                        sums: LoopSums, decls: int) -> KernelCost:
-    exact = (kernel, decls, hw)     # cheap: no renaming
+                        sums: LoopSums) -> KernelCost:
+    exact = (kernel, declarations_used(kernel, program), hw)     # cheap: no renaming
     hit = _KERNEL_COSTS.get(exact)
     if hit is not None:
         return hit

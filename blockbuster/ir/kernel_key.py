@@ -16,7 +16,7 @@ import itertools
 
 import attrs
 
-from .expr import Expr, LoadAttr
+from .expr import Expr, LoadAttr, attr_key
 from .program import Kernel, Program
 from .walk import with_args
 
@@ -96,25 +96,116 @@ def _rename_loads(root: Expr, names: dict, memo: dict) -> Expr:
     return memo[root]
 
 
-def _maps(program: Program) -> tuple[dict, dict]:
+def _maps(program: Program) -> tuple[dict, dict, int]:
     hit = _MAPS.get(program)
     if hit is None:
-        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map), 1024)
+        dims_id = _DIMS_IDS.get(program.dims)
+        if dims_id is None:
+            dims_id = _bounded_put(_DIMS_IDS, program.dims, next(_NEXT_DECL_ID), 4096)
+        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map, dims_id),
+                           1024)
     return hit
 
 
 def kernel_key(kernel: Kernel, program: Program) -> tuple:
     """Equal for two kernels exactly when they are the same up to the names of the
     kernel and its arrays, in equal declarations (an undeclared name keys as None)."""
-    canon, arrays, named = _canonical(kernel)
-    dim_map, array_map = _maps(program)
+    structure, arrays, named = _kernel_structure(kernel)
+    dim_map, array_map, _dims = _maps(program)
     shapes = tuple(array_map[a].dims if a in array_map else None for a in arrays)
     used = set(named)
     for dims in shapes:
         if dims is not None:
             used.update(dims)
     decls = tuple((d, dim_map.get(d)) for d in sorted(used))
-    return canon, shapes, decls
+    return structure, shapes, decls
+
+
+# The name-free structure of a node, computed once per node (not once per kernel and
+# renaming: a rewrite step's new kernel and every candidate holding a node share it):
+# node -> (structure number, the arrays it loads in order of first use). Two nodes get
+# the same number exactly when they are equal up to a renaming of their arrays that
+# keeps that order (the canonical renaming a0, a1... of ``_canonical``).
+_NODE_STRUCTURES: dict[Expr, tuple[int, tuple[str, ...]]] = {}
+# (op, attr, (child number, child array slots)...) -> structure number
+_STRUCTURES: dict[tuple, int] = {}
+_STRUCTURE_DIMS: dict[int, frozenset] = {}  # number -> dimensions it names
+_NEXT_STRUCTURE = itertools.count()
+# kernel -> (key, arrays in order of first use, dimensions it names)
+_KERNEL_STRUCTURES: dict[Kernel, tuple] = {}
+
+
+def _structure_number(key: tuple, dims: frozenset) -> int:
+    number = _STRUCTURES.get(key)
+    if number is None:
+        number = _STRUCTURES[key] = next(_NEXT_STRUCTURE)
+        _STRUCTURE_DIMS[number] = dims
+    return number
+
+
+def _node_structure(root: Expr) -> tuple[int, tuple[str, ...]]:
+    """``root``'s (structure number, arrays in order of first use); children first,
+    only below nodes not known yet, with an explicit stack (expressions can be deep).
+    Each node's arrays are its children's, concatenated without repeats: the order in
+    which ``walk`` (children first, left to right) meets the loads."""
+    memo = _NODE_STRUCTURES
+    stack = [root]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        if n.op == "load":
+            memo[n] = (_structure_number(("load", n.attr.index), frozenset()),
+                       (n.attr.array,))
+            stack.pop()
+            continue
+        missing = [a for a in n.args if a not in memo]
+        if missing:
+            stack.extend(reversed(missing))
+            continue
+        stack.pop()
+        slots: dict[str, int] = {}
+        parts = []
+        for a in n.args:
+            number, arrays = memo[a]
+            parts.append(number)
+            parts.append(tuple([slots.setdefault(x, len(slots)) for x in arrays]))
+        key = (n.op, attr_key(n.attr), tuple(parts))
+        number = _STRUCTURES.get(key)
+        if number is None:
+            dims = frozenset().union(*(_STRUCTURE_DIMS[memo[a][0]] for a in n.args))
+            if n.op in ("reduce", "map", "pos"):
+                dims = dims | {n.attr.dim}
+            number = _structure_number(key, dims)
+        memo[n] = (number, tuple(slots))
+    return memo[root]
+
+
+def _kernel_structure(kernel: Kernel) -> tuple:
+    """(name-free key, arrays in order of first use, dimensions named) of a kernel:
+    equal keys exactly where ``_canonical`` gives equal kernels."""
+    hit = _KERNEL_STRUCTURES.get(kernel)
+    if hit is not None:
+        return hit
+    if len(_STRUCTURES) > 8 * _LIMIT:
+        # Numbers are never reused: keys made before stay valid and simply miss.
+        for memo in (_STRUCTURES, _STRUCTURE_DIMS, _NODE_STRUCTURES, _KERNEL_STRUCTURES):
+            memo.clear()
+    elif len(_NODE_STRUCTURES) > 8 * _LIMIT:
+        _NODE_STRUCTURES.clear()       # numbers stay valid: only the node memo goes
+    slots: dict[str, int] = {}
+    for s in kernel.stores:
+        slots.setdefault(s.array, len(slots))
+    dims = {d for _, d in kernel.loops}
+    stores = []
+    for s in kernel.stores:
+        number, arrays = _node_structure(s.value)
+        dims |= _STRUCTURE_DIMS[number]
+        stores.append((slots[s.array], s.index, number,
+                       tuple([slots.setdefault(x, len(slots)) for x in arrays])))
+    key = (kernel.loops, tuple(stores))
+    return _bounded_put(_KERNEL_STRUCTURES, kernel, (key, tuple(slots), frozenset(dims)))
 
 
 # (name-free kernel, array names it gets) -> the kernel with those names: renaming a
@@ -142,6 +233,7 @@ def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
 # (dims, arrays) -> a number never reused: an exact memo key ``(kernel, number)`` is
 # cheaper to hash, per kernel, than the program's declaration tuples.
 _DECL_IDS: dict[tuple, int] = {}
+_DIMS_IDS: dict[tuple, int] = {}        # dims -> a number never reused (``_maps``)
 _NEXT_DECL_ID = itertools.count()
 
 
@@ -153,12 +245,29 @@ def declarations_id(program: Program) -> int:
     return hit
 
 
+# kernel -> the arrays it stores, then those it loads (sorted)
+_USED: dict[Kernel, tuple] = {}
+
+
+def declarations_used(kernel: Kernel, program: Program) -> tuple:
+    """The declarations ``kernel`` can depend on in ``program``: the dimensions and
+    the declarations of the arrays it stores and loads. With the kernel itself an
+    exact memo key (names included) that, unlike ``declarations_id``, survives a
+    step that changes the declarations of other arrays (inlining, dropping a
+    kernel)."""
+    used = _USED.get(kernel)
+    if used is None:
+        used = _bounded_put(_USED, kernel, kernel.writes() + tuple(sorted(kernel.reads())))
+    _dim_map, array_map, dims_id = _maps(program)
+    return dims_id, tuple([array_map.get(a) for a in used])
+
+
 def array_order(kernel: Kernel) -> tuple[str, ...]:
     """The arrays a kernel stores and loads, in order of first use (stores first,
     then loads children first), memoised."""
-    return _canonical(kernel)[1]
+    return _kernel_structure(kernel)[1]
 
 
 def named_dims(kernel: Kernel) -> frozenset[str]:
     """The dimensions a kernel names itself (``ir.program.dims_named_by``), memoised."""
-    return _canonical(kernel)[2]
+    return _kernel_structure(kernel)[2]

@@ -17,7 +17,7 @@ from .combiners import COMBINERS
 from .expr import Expr
 from .index import IVar, Idx, free_vars as idx_free_vars
 from .ops import OPS, OpTypeError, check_arity
-from .kernel_key import declarations_id, kernel_key
+from .kernel_key import declarations_used, kernel_key
 from .program import Kernel, Program
 from .types import SCALAR, ArrayType, BlockType, TupleType
 from .walk import bound_var, find_shadowing
@@ -217,8 +217,6 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
     if overlap:
         raise IRError(f"program {program.name}: {sorted(overlap)[0]} is both an input and an output")
 
-    checker = None
-    decls = declarations_id(program)
     written: dict[str, str] = {}
     kernel_names: set[str] = set()
     for kernel in program.kernels:
@@ -231,16 +229,7 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
                 reason = (f"is produced later, by kernel '{later.name}'" if later
                           else "is never produced")
                 raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
-        exact = (kernel, decls, allow_shadowing)       # no renaming
-        if exact not in _VERIFIED_KERNELS:
-            if len(_VERIFIED_KERNELS) >= 40_000:
-                _VERIFIED_KERNELS.clear()
-            key = (kernel_key(kernel, program), allow_shadowing)
-            if key not in _VERIFIED_KERNELS:
-                checker = checker or _checker(program)
-                _verify_kernel(kernel, program, checker, allow_shadowing)
-                _VERIFIED_KERNELS.add(key)
-            _VERIFIED_KERNELS.add(exact)
+        _verified(kernel, program, allow_shadowing)
         for store in kernel.stores:
             if store.array in program.inputs:
                 raise IRError(f"kernel '{kernel.name}' writes input array {store.array}")
@@ -252,6 +241,42 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
         if name not in written:
             raise IRError(f"output {name} is never written by any kernel")
     return program
+
+
+def _verified(kernel: Kernel, program: Program, allow_shadowing: bool) -> None:
+    """Check one kernel against the program's declarations, memoised by identity and
+    by name-free key."""
+    exact = (kernel, declarations_used(kernel, program), allow_shadowing)   # no renaming
+    if exact in _VERIFIED_KERNELS:
+        return
+    if len(_VERIFIED_KERNELS) >= 40_000:
+        _VERIFIED_KERNELS.clear()
+    key = (kernel_key(kernel, program), allow_shadowing)
+    if key not in _VERIFIED_KERNELS:
+        _verify_kernel(kernel, program, _checker(program), allow_shadowing)
+        _VERIFIED_KERNELS.add(key)
+    _VERIFIED_KERNELS.add(exact)
+
+
+def verify_rewritten(before: Program, old: Kernel, after: Program, new: Kernel,
+                     allow_shadowing: bool = False) -> Program:
+    """``verify(after)`` where ``before`` is verified and ``after`` is ``before`` with
+    kernel ``old`` replaced by ``new`` (same name, loops and stored arrays, reading no
+    array ``old`` does not: a rewrite inside one kernel). Every other check of
+    ``verify`` then holds as it did for ``before``, so only ``new`` is checked (the
+    same message as ``verify`` gives); anything else is verified in full."""
+    if (after.dims is before.dims and after.arrays is before.arrays
+            and after.inputs is before.inputs and after.outputs is before.outputs
+            and after.weights is before.weights and new.name == old.name
+            and new.loops == old.loops and new.writes() == old.writes()
+            and [s.index for s in new.stores] == [s.index for s in old.stores]
+            and new.reads() <= old.reads()
+            and len(after.kernels) == len(before.kernels)
+            and all(a is b or (a is new and b is old)
+                    for a, b in zip(after.kernels, before.kernels))):
+        _verified(new, after, allow_shadowing)
+        return after
+    return verify(after, allow_shadowing)
 
 
 def _verify_kernel(kernel: Kernel, program: Program, checker: TypeChecker,

@@ -56,3 +56,29 @@ def test_memoised_prices_and_verdicts_follow_the_names():
     assert a.objective == b.objective
     assert [k.name for k in a.per_kernel] == [k.name for k in p.kernels]
     assert [k.name for k in b.per_kernel] == [k.name for k in canon.kernels]
+
+
+def test_the_key_tells_kernels_apart_exactly_as_canonical_renaming_does():
+    # The key is built node by node (structure numbers); the canonical kernel (arrays
+    # renamed a0, a1... in order of first use) is the definition it must agree with,
+    # on every kernel a fusion meets: equal keys exactly for equal canonical kernels.
+    from blockbuster.ir.kernel_key import _canonical
+    p = bb.workload("llama_block", layers=1)
+    steps = bb.fuse(p, progress=False).trace
+    kernels = {k for s in steps for prog in (s.program_before, s.program_after)
+               for k in prog.kernels}
+    kernels |= set(p.kernels) | {rename_kernel(k, {a: a + "_r" for a in k.reads()}, "r")
+                                 for k in p.kernels}
+    kernels = sorted(kernels, key=lambda k: (k.name, str(k)))
+    assert len(kernels) > 20
+    by_key, by_canon = {}, {}
+    for k in kernels:
+        by_key.setdefault(kernel_key(k, p)[0], set()).add(k)
+        by_canon.setdefault(_canonical(k)[0], set()).add(k)
+    assert max(len(group) for group in by_key.values()) >= 2
+    assert sorted(map(frozenset, by_key.values()), key=sorted_names) == sorted(
+        map(frozenset, by_canon.values()), key=sorted_names)
+
+
+def sorted_names(group):
+    return sorted(str(k) for k in group)
