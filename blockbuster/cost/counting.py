@@ -125,7 +125,8 @@ class LoopSums:
         # same dimension, is always a full block: no need to enumerate the loop.
         by_name = {loop.name: loop for loop in loops}
         extents = [(d, None) if (isinstance(ix, IVar) and d.size % d.block == 0
-                                 and ix.name in by_name and by_name[ix.name].dim == d)
+                                 and ix.name in by_name
+                                 and (by_name[ix.name].dim is d or by_name[ix.name].dim == d))
                    else (d, ix) for d, ix in extents]
         key = (tuple(loops), tuple(sorted(extents, key=_extent_key)))
         hit = self._memo.get(key)

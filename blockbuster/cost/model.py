@@ -339,6 +339,36 @@ class _Frame:
 Chain = tuple[_Frame, ...]
 
 
+class _InternedChain(tuple):
+    """A chain interned by a counter, its hash computed once: the counter's memos are
+    keyed by chains, and hashing a plain tuple hashes every frame again."""
+
+    def __new__(cls, frames):
+        self = super().__new__(cls, frames)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self):
+        return self._hash
+
+    __eq__ = tuple.__eq__
+
+
+# One object per distinct loop, shared by every counter: ``LoopSums`` memo keys then
+# compare loops by identity, not field by field.
+_LOOPS: dict[Loop, Loop] = {}
+
+
+def _loop(name: str, dim, lo=None, hi=None) -> Loop:
+    loop = Loop(name, dim, lo, hi)
+    hit = _LOOPS.get(loop)
+    if hit is None:
+        if len(_LOOPS) >= 50_000:
+            _LOOPS.clear()
+        hit = _LOOPS[loop] = loop
+    return hit
+
+
 class _KernelCounter:
     """Walks a kernel's DAG once per (node, placement) and accumulates element counts."""
 
@@ -360,7 +390,7 @@ class _KernelCounter:
         self._array_names = itertools.count()
         self._shared = shared_loops(kernel)    # map -> the reduce whose loop it shares
 
-        top = self._intern(tuple(_Frame(v, Loop(f"_{d}", self.dims[dim]))
+        top = self._intern(tuple(_Frame(v, _loop(f"_{d}", self.dims[dim]))
                                  for d, (v, dim) in enumerate(kernel.loops)))
         self.nk = len(top)
         for store in kernel.stores:
@@ -383,7 +413,11 @@ class _KernelCounter:
         return scope
 
     def _intern(self, chain: Chain) -> Chain:
-        return self._chains.setdefault(chain, chain)
+        hit = self._chains.get(chain)
+        if hit is None:
+            hit = _InternedChain(chain)
+            self._chains[hit] = hit
+        return hit
 
     def _place(self, node: Expr, ctx: Chain) -> Chain:
         """The prefix of ``ctx`` a node runs in (the shared placement rule): down to
@@ -421,23 +455,31 @@ class _KernelCounter:
         at its placement. Children are done first with an explicit stack, so deep
         expressions do not hit Python's recursion limit (``_count``'s own ``visit``
         calls are then memo hits)."""
+        shapes = self._shapes
         key = (node, self._place(node, ctx))
+        hit = shapes.get(key)
+        if hit is not None:
+            return hit
         stack = [(key, False)]
         while stack:
-            (n, at), ready = stack.pop()
-            if (n, at) in self._shapes:
+            key_n, ready = stack.pop()
+            if key_n in shapes:
                 continue
+            n, at = key_n
             if ready:
-                shape = self._shapes[(n, at)] = self._count(n, at)
+                shape = shapes[key_n] = self._count(n, at)
                 self._first_shape.setdefault(n, shape)
                 if n.op == "dot":
                     self._dot_traffic(n, shape, at)
                 continue
-            stack.append(((n, at), True))
-            inner = self._binder_context(n, at)
-            for child in reversed(n.args):
-                stack.append(((child, self._place(child, inner)), False))
-        return self._shapes[key]
+            stack.append((key_n, True))
+            if n.args:
+                inner = self._binder_context(n, at)
+                for child in reversed(n.args):
+                    child_key = (child, self._place(child, inner))
+                    if child_key not in shapes:
+                        stack.append((child_key, False))
+        return shapes[key]
 
     def _dot_traffic(self, node: Expr, shape, at: Chain) -> None:
         """A ``dot`` reads its operand blocks from the local tier and writes its
@@ -503,8 +545,8 @@ class _KernelCounter:
         if partner is not None:          # one loop with that reduce: the same frame
             hit = self._enter(partner, at, dim)
         else:
-            loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at),
-                        self._rename(hi, at))
+            loop = _loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at),
+                         self._rename(hi, at))
             hit = self._intern(at + (_Frame(node.attr.var, loop,
                                             node if node.op == "reduce" else None,
                                             binds_loop(node, self.dims[dim])),))

@@ -96,14 +96,10 @@ def _rename_loads(root: Expr, names: dict, memo: dict) -> Expr:
     return memo[root]
 
 
-def _maps(program: Program) -> tuple[dict, dict, int]:
+def _maps(program: Program) -> tuple[dict, dict]:
     hit = _MAPS.get(program)
     if hit is None:
-        dims_id = _DIMS_IDS.get(program.dims)
-        if dims_id is None:
-            dims_id = _bounded_put(_DIMS_IDS, program.dims, next(_NEXT_DECL_ID), 4096)
-        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map, dims_id),
-                           1024)
+        hit = _bounded_put(_MAPS, program, (program.dim_map, program.array_map), 1024)
     return hit
 
 
@@ -111,7 +107,7 @@ def kernel_key(kernel: Kernel, program: Program) -> tuple:
     """Equal for two kernels exactly when they are the same up to the names of the
     kernel and its arrays, in equal declarations (an undeclared name keys as None)."""
     structure, arrays, named = _kernel_structure(kernel)
-    dim_map, array_map, _dims = _maps(program)
+    dim_map, array_map = _maps(program)
     shapes = tuple(array_map[a].dims if a in array_map else None for a in arrays)
     used = set(named)
     for dims in shapes:
@@ -233,7 +229,6 @@ def rename_kernel(kernel: Kernel, arrays, name: str) -> Kernel:
 # (dims, arrays) -> a number never reused: an exact memo key ``(kernel, number)`` is
 # cheaper to hash, per kernel, than the program's declaration tuples.
 _DECL_IDS: dict[tuple, int] = {}
-_DIMS_IDS: dict[tuple, int] = {}        # dims -> a number never reused (``_maps``)
 _NEXT_DECL_ID = itertools.count()
 
 
@@ -258,8 +253,32 @@ def declarations_used(kernel: Kernel, program: Program) -> tuple:
     used = _USED.get(kernel)
     if used is None:
         used = _bounded_put(_USED, kernel, kernel.writes() + tuple(sorted(kernel.reads())))
-    _dim_map, array_map, dims_id = _maps(program)
-    return dims_id, tuple([array_map.get(a) for a in used])
+    dims_id, ids = _declaration_numbers(program)
+    return dims_id, tuple([ids.get(a) for a in used])
+
+
+# Steps and candidates share their declaration tuples (``Program.evolve`` keeps them):
+# (id of dims, id of arrays) -> (dims, arrays, dims number, array name -> number of
+# its declaration), so each declaration is hashed once per tuple, not once per kernel.
+_DECL_NUMBERS: dict[tuple[int, int], tuple] = {}
+_DECLARATIONS: dict = {}         # a Dim tuple or GlobalArray -> a number never reused
+
+
+def _declaration_number(decl) -> int:
+    number = _DECLARATIONS.get(decl)
+    if number is None:
+        number = _bounded_put(_DECLARATIONS, decl, next(_NEXT_DECL_ID))
+    return number
+
+
+def _declaration_numbers(program: Program) -> tuple[int, dict[str, int]]:
+    key = (id(program.dims), id(program.arrays))
+    hit = _DECL_NUMBERS.get(key)
+    if hit is None or hit[0] is not program.dims or hit[1] is not program.arrays:
+        hit = _bounded_put(_DECL_NUMBERS, key, (
+            program.dims, program.arrays, _declaration_number(program.dims),
+            {a.name: _declaration_number(a) for a in program.arrays}), 4096)
+    return hit[2], hit[3]
 
 
 def array_order(kernel: Kernel) -> tuple[str, ...]:
