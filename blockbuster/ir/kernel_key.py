@@ -253,7 +253,7 @@ def declarations_used(kernel: Kernel, program: Program) -> tuple:
     used = _USED.get(kernel)
     if used is None:
         used = _bounded_put(_USED, kernel, kernel.writes() + tuple(sorted(kernel.reads())))
-    dims_id, ids = _declaration_numbers(program)
+    dims_id, ids = declaration_numbers(program)
     return dims_id, tuple([ids.get(a) for a in used])
 
 
@@ -271,7 +271,9 @@ def _declaration_number(decl) -> int:
     return number
 
 
-def _declaration_numbers(program: Program) -> tuple[int, dict[str, int]]:
+def declaration_numbers(program: Program) -> tuple[int, dict[str, int]]:
+    """(a number for the program's dimensions, array name -> a number for its
+    declaration): equal numbers for equal declarations, never reused (memoised)."""
     key = (id(program.dims), id(program.arrays))
     hit = _DECL_NUMBERS.get(key)
     if hit is None or hit[0] is not program.dims or hit[1] is not program.arrays:

@@ -26,7 +26,7 @@ from ..errors import BlockbusterError, IRError, UsageError
 from ..ir.depth import MAX_DEPTH
 from ..ir.expr import Expr
 from ..ir.program import Program
-from ..ir.verify import verify, verify_rewritten
+from ..ir.verify import verify, verify_rewritten, verify_step
 from .actions import ACTION_IMPLS
 from .subst import replace_in_kernel, unshadow_program
 from .guards import RuleContext, guards_hold
@@ -323,6 +323,8 @@ class Engine:
             if verified is not None and changed is not None:
                 verify_rewritten(verified, changed[0], program, changed[1],
                                  allow_shadowing=True)
+            elif verified is not None:
+                verify_step(verified, program, allow_shadowing=True)
             else:
                 verify(program, allow_shadowing=True)
         except IRError as err:
