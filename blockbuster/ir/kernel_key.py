@@ -106,7 +106,7 @@ def _maps(program: Program) -> tuple[dict, dict]:
 def kernel_key(kernel: Kernel, program: Program) -> tuple:
     """Equal for two kernels exactly when they are the same up to the names of the
     kernel and its arrays, in equal declarations (an undeclared name keys as None)."""
-    structure, arrays, named = _kernel_structure(kernel)
+    _structure, arrays, named, number = _kernel_structure(kernel)
     dim_map, array_map = _maps(program)
     shapes = tuple(array_map[a].dims if a in array_map else None for a in arrays)
     used = set(named)
@@ -114,7 +114,7 @@ def kernel_key(kernel: Kernel, program: Program) -> tuple:
         if dims is not None:
             used.update(dims)
     decls = tuple((d, dim_map.get(d)) for d in sorted(used))
-    return structure, shapes, decls
+    return number, shapes, decls
 
 
 # The name-free structure of a node, computed once per node (not once per kernel and
@@ -186,7 +186,8 @@ def _kernel_structure(kernel: Kernel) -> tuple:
         return hit
     if len(_STRUCTURES) > 8 * _LIMIT:
         # Numbers are never reused: keys made before stay valid and simply miss.
-        for memo in (_STRUCTURES, _STRUCTURE_DIMS, _NODE_STRUCTURES, _KERNEL_STRUCTURES):
+        for memo in (_STRUCTURES, _STRUCTURE_DIMS, _NODE_STRUCTURES, _KERNEL_STRUCTURES,
+                     _KERNEL_NUMBERS):
             memo.clear()
     elif len(_NODE_STRUCTURES) > 8 * _LIMIT:
         _NODE_STRUCTURES.clear()       # numbers stay valid: only the node memo goes
@@ -201,7 +202,21 @@ def _kernel_structure(kernel: Kernel) -> tuple:
         stores.append((slots[s.array], s.index, number,
                        tuple([slots.setdefault(x, len(slots)) for x in arrays])))
     key = (kernel.loops, tuple(stores))
-    return _bounded_put(_KERNEL_STRUCTURES, kernel, (key, tuple(slots), frozenset(dims)))
+    number = _KERNEL_NUMBERS.get(key)
+    if number is None:
+        number = _KERNEL_NUMBERS[key] = next(_NEXT_STRUCTURE)
+    return _bounded_put(_KERNEL_STRUCTURES, kernel,
+                        (key, tuple(slots), frozenset(dims), number))
+
+
+# kernel key -> a number (``structure_number``), cleared with the structure numbers
+_KERNEL_NUMBERS: dict[tuple, int] = {}
+
+
+def structure_number(kernel: Kernel) -> int:
+    """A number equal for two kernels exactly when they are the same up to the names
+    of the kernel and its arrays (the structure part of ``kernel_key``)."""
+    return _kernel_structure(kernel)[3]
 
 
 # (name-free kernel, array names it gets) -> the kernel with those names: renaming a

@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir.expr import Expr, LoadAttr
-from ..ir.kernel_key import array_order, named_dims, rename_kernel
+from ..ir.kernel_key import array_order, named_dims, rename_kernel, structure_number
 from ..ir.program import Kernel, Program
 from ..ir.types import GlobalArray
 from ..ir.walk import map_expr
@@ -150,9 +150,9 @@ def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) ->
         kernels=tuple(kernel(k) for k in program.kernels))
 
 
-def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]]:
-    """A renaming that makes structurally identical programs (e.g. the same part of two
-    layers with their own weights) equal; returns it with the two inverse maps."""
+def _canonical_names(program: Program) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """``canonical``'s renaming: (arrays in canonical order, array -> canonical name,
+    kernel -> canonical name)."""
     # Inputs are numbered in order of first use, not of declaration: the input that
     # carries the activations into a layer is declared first in the first layer
     # (the program's input) and after the weights in the others (the previous
@@ -164,9 +164,34 @@ def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]
     inputs = set(program.inputs)
     order = ([a for a in sorted(program.inputs, key=lambda n: first.get(n, len(first)))]
              + [a.name for a in program.arrays if a.name not in inputs])
-    decl = program.array_map
     arrays = {n: f"a{i}" for i, n in enumerate(order)}
     kernels = {k.name: f"k{i}" for i, k in enumerate(program.kernels)}
+    return order, arrays, kernels
+
+
+def canonical_key(program: Program) -> tuple[tuple, dict[str, str], dict[str, str]]:
+    """(a key equal for two programs exactly when ``canonical`` makes them equal, the
+    two inverse maps): what ``canonical`` gives, without building the renamed program
+    (a candidate met before, e.g. the same part of another layer, costs this key)."""
+    order, arrays, kernels = _canonical_names(program)
+    decl = program.array_map
+    inputs, weights = set(program.inputs), set(program.weights)
+    key = (program.dims,
+           tuple(decl[n].dims for n in order),
+           tuple(n in inputs for n in order),
+           tuple(arrays.get(n, n) for n in program.outputs),
+           tuple((structure_number(k), tuple([arrays.get(a, a) for a in array_order(k)]))
+                 for k in program.kernels),
+           tuple(n in weights for n in order))
+    return key, {v: k for k, v in arrays.items()}, {v: k for k, v in kernels.items()}
+
+
+def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]]:
+    """A renaming that makes structurally identical programs (e.g. the same part of two
+    layers with their own weights) equal; returns it with the two inverse maps."""
+    order, arrays, kernels = _canonical_names(program)
+    inputs = set(program.inputs)
+    decl = program.array_map
     # ``rename``, kernel by kernel through the name-free kernel memo: a kernel met
     # before under other names (another candidate, another layer) costs a lookup.
     canon = Program(

@@ -82,3 +82,24 @@ def test_the_key_tells_kernels_apart_exactly_as_canonical_renaming_does():
 
 def sorted_names(group):
     return sorted(str(k) for k in group)
+
+
+def test_candidate_keys_agree_with_canonical_programs():
+    # Selection looks candidates up by ``canonical_key`` before building the renamed
+    # program: two segments (here of two layers, where many are the same up to names)
+    # must get equal keys exactly when their canonical programs are equal.
+    from blockbuster.select.extract import Segments, canonical_key
+    p = _two_layers()
+    segment = Segments(p)
+    n = len(p.kernels)
+    segments = [segment(i, j) for i in range(n) for j in range(i + 1, min(n, i + 6) + 1)]
+    by_key, by_canon = {}, {}
+    for s in segments:
+        key, arrays_back, kernels_back = canonical_key(s)
+        canon, arrays_back2, kernels_back2 = canonical(s)
+        assert (arrays_back, kernels_back) == (arrays_back2, kernels_back2)
+        by_key.setdefault(key, set()).add(s.name)
+        by_canon.setdefault(canon, set()).add(s.name)
+    groups = sorted(map(sorted, by_key.values()))
+    assert groups == sorted(map(sorted, by_canon.values()))
+    assert max(len(g) for g in groups) >= 2      # the same part of the two layers
