@@ -121,6 +121,18 @@ class LoopSums:
     def count(self, loops: Sequence[Loop], extents: Sequence[Extent] = ()) -> int:
         """Sum over every iteration of ``loops`` (outermost first) of the product of
         ``extents``; with no extents, the number of iterations."""
+        # The arguments as given key the memo too (normalising them is most of the
+        # cost of a hit); the normalised key below is a fixed point of normalising.
+        raw = (loops if isinstance(loops, tuple) else tuple(loops),
+               extents if type(extents) is tuple else tuple(extents))
+        hit = self._memo.get(raw)
+        if hit is not None:
+            return hit
+        total = self._count(raw[0], raw[1])
+        self._memo[raw] = total
+        return total
+
+    def _count(self, loops: tuple, extents: tuple) -> int:
         # A block of a dimension with no ragged block, indexed by a loop over that
         # same dimension, is always a full block: no need to enumerate the loop.
         by_name = {loop.name: loop for loop in loops}

@@ -340,7 +340,7 @@ Chain = tuple[_Frame, ...]
 
 
 class _InternedChain(tuple):
-    """A chain interned by a counter, its hash computed once: the counter's memos are
+    """A chain (or its loops) interned by a counter, its hash computed once: memos are
     keyed by chains, and hashing a plain tuple hashes every frame again."""
 
     def __new__(cls, frames):
@@ -387,6 +387,8 @@ class _KernelCounter:
         self._chains: dict[Chain, Chain] = {}
         self._placed: dict[tuple, Chain] = {}
         self._entered: dict[tuple, Chain] = {}
+        self._chain_loops: dict[Chain, tuple] = {}
+        self._renamed: dict[tuple, Idx] = {}
         self._array_names = itertools.count()
         self._shared = shared_loops(kernel)    # map -> the reduce whose loop it shares
 
@@ -440,14 +442,27 @@ class _KernelCounter:
     def _rename(self, ix: Idx | None, chain: Chain) -> Idx | None:
         if ix is None:
             return None
+        key = (ix, chain)
+        hit = self._renamed.get(key)
+        if hit is None:
+            hit = self._renamed[key] = self._rename_uncached(ix, chain)
+        return hit
+
+    def _rename_uncached(self, ix: Idx, chain: Chain) -> Idx:
         scope = self._scope(chain)
         mapping = {v: IVar(chain[d].loop.name) for v, d in scope.items()}
         # Variables of one-block loops the node was hoisted out of are block 0.
         mapping.update({v: IConst(0) for v in index_vars(ix) if v not in scope})
         return substitute(ix, mapping)
 
+    def _loops(self, chain: Chain) -> tuple:
+        loops = self._chain_loops.get(chain)
+        if loops is None:
+            loops = self._chain_loops[chain] = _InternedChain(f.loop for f in chain)
+        return loops
+
     def _elements(self, shape, chain: Chain) -> int:
-        return elements(shape, tuple(f.loop for f in chain), self.sums)
+        return elements(shape, self._loops(chain), self.sums)
 
     # -- the walk -----------------------------------------------------------------
     def visit(self, node: Expr, ctx: Chain):
@@ -531,7 +546,7 @@ class _KernelCounter:
         if spec.result_axes is None:
             raise IRError(f"cost model: no shape rule for operator '{node.op}'")
         axes = [a.axes for a in args]
-        loops = tuple(f.loop for f in at)
+        loops = self._loops(at)
         self.flops += spec.flops_of(axes, lambda work: self.sums.count(loops, work))
         return BlockShape(tuple(spec.result_axes(axes)))
 
