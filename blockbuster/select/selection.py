@@ -31,7 +31,8 @@ from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Kernel, Program
 from ..rewrite.engine import Budget, Engine, FusionResult, Limits, RuleError
-from .extract import Segments, canonical, canonical_key, connected, feeds, rename, sub_program
+from .extract import (Segments, canonical, canonical_key, connected_spans, feeds, rename,
+                      sub_program)
 
 # How many consecutive kernels a seed candidate may hold: a bound on the search (the
 # seeds are O(window × kernels) engine runs), not on the pieces, which grow by cost.
@@ -166,8 +167,9 @@ class Selector:
     # -- seeds: the cheapest cover by windowed candidates ------------------------
     def _seed(self, program: Program) -> list[_Part]:
         n = len(program.kernels)
+        joined = connected_spans(program, self.max_kernels)
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
-                 if j - i == 1 or connected(program, i, j)]
+                 if j - i == 1 or (i, j) in joined]
         best: list[float] = [0.0] + [math.inf] * n
         segment = Segments(program)
         choice: list[tuple | None] = [None] * (n + 1)
@@ -179,7 +181,11 @@ class Selector:
                 # program is covered by its kernels alone, without pricing (or even
                 # naming) each remaining candidate, so the limits bound the wall time.
                 continue
-            info, back = self._fuse(segment(i, j))
+            key, *back = segment.key(i, j)
+            info = self.by_key.get(key)      # met before: the segment is not built
+            if info is None:
+                info, back = self._fuse(segment(i, j))
+            back = tuple(back)
             price = info.price
             if not info.keeps:
                 if j - i > 1:

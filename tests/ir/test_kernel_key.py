@@ -103,3 +103,23 @@ def test_candidate_keys_agree_with_canonical_programs():
     groups = sorted(map(sorted, by_key.values()))
     assert groups == sorted(map(sorted, by_canon.values()))
     assert max(len(g) for g in groups) >= 2      # the same part of the two layers
+
+
+def test_segment_keys_are_the_canonical_keys_of_the_segments():
+    from blockbuster.select.extract import Segments, canonical_key
+    p = _two_layers()
+    segment = Segments(p)
+    n = len(p.kernels)
+    for i in range(n):
+        for j in range(i + 1, min(n, i + 8) + 1):
+            assert segment.key(i, j) == canonical_key(segment(i, j))
+
+
+def test_connected_spans_are_the_connected_segments():
+    from blockbuster.select.extract import connected, connected_spans
+    p = _two_layers()
+    n, window = len(p.kernels), 14
+    expected = {(i, j) for j in range(n + 1) for i in range(max(0, j - window), j - 1)
+                if connected(p, i, j)}
+    assert connected_spans(p, window) == expected
+    assert any(not connected(p, i, i + 2) for i in range(n - 1))   # some are not
