@@ -31,11 +31,29 @@ at load ~9 on 2 cores, CPU seconds of one interleaved run each (wall seconds are
          2   10.03    13.62      1.4x            yes
         32   15.15    26.17      1.7x            yes
 
+Third round (a rewrite step verifies only its kernel, an action step only the kernels
+whose arrays changed; memo keys from the declarations a kernel uses; name-free kernel
+keys built node by node; a faster cost-model counter; action searches memoised per
+kernel; candidates looked up by a key computed without building the segment; connected
+spans found incrementally), baseline b738c03, one layer's load ~1.4 on 2 cores, CPU
+seconds, medians of 3 interleaved runs:
+
+    layers   this     b738c03   speedup (CPU)   same result
+         1    5.08     6.56      1.3x            yes
+         2    6.55    11.30      1.7x            yes
+        32    8.12    20.88      2.6x            yes
+
+(against ae850a4, the start of that round, on a quiet machine: 4.37 vs 5.33, 5.64 vs
+6.99, 8.57 vs 10.08.)
+
 The issue's targets (1 layer <= 1 s, 32 layers <= 5 s on a quiet machine) are not
-reached: one layer is ~316 engine runs (~5700 rule steps plus ~1100 lookahead runs),
-and the time is spread over pricing new kernels (~24 %), verifying each step (~23 %),
-lookahead runs of the pricing guards (~19 %) and the per-step bookkeeping; see the
-closing note of issue 12.
+reached. One layer is 313 engine runs of seed candidates (~5700 rule steps, ~1100
+lookahead runs); 32 layers are 396 runs (the rest are cache hits, ~1 s). The time
+is spread: pricing new kernels (~16 % in ``kernel_cost``, 848 kernels), verifying
+new kernels (~19 %: type checking ~6 %, name-free keys ~5 %), lookahead runs of the
+pricing guards (~19 %), matching and rebuilding kernels (~13 %). Candidates of 10-14
+kernels take two thirds of it. Reaching the targets needs fewer or cheaper engine
+runs per candidate (see the closing note of issue 12), not faster bookkeeping.
 """
 
 from __future__ import annotations

@@ -121,11 +121,24 @@ class LoopSums:
     def count(self, loops: Sequence[Loop], extents: Sequence[Extent] = ()) -> int:
         """Sum over every iteration of ``loops`` (outermost first) of the product of
         ``extents``; with no extents, the number of iterations."""
+        # The arguments as given key the memo too (normalising them is most of the
+        # cost of a hit); the normalised key below is a fixed point of normalising.
+        raw = (loops if isinstance(loops, tuple) else tuple(loops),
+               extents if type(extents) is tuple else tuple(extents))
+        hit = self._memo.get(raw)
+        if hit is not None:
+            return hit
+        total = self._count(raw[0], raw[1])
+        self._memo[raw] = total
+        return total
+
+    def _count(self, loops: tuple, extents: tuple) -> int:
         # A block of a dimension with no ragged block, indexed by a loop over that
         # same dimension, is always a full block: no need to enumerate the loop.
         by_name = {loop.name: loop for loop in loops}
         extents = [(d, None) if (isinstance(ix, IVar) and d.size % d.block == 0
-                                 and ix.name in by_name and by_name[ix.name].dim == d)
+                                 and ix.name in by_name
+                                 and (by_name[ix.name].dim is d or by_name[ix.name].dim == d))
                    else (d, ix) for d, ix in extents]
         key = (tuple(loops), tuple(sorted(extents, key=_extent_key)))
         hit = self._memo.get(key)

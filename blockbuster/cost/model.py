@@ -78,7 +78,7 @@ from ..ir.combiners import COMBINERS
 from ..ir.expr import Expr
 from ..ir.index import IConst, IVar, Idx, free_vars as index_vars, substitute
 from ..ir.ops import OPS
-from ..ir.kernel_key import declarations_id, kernel_key
+from ..ir.kernel_key import declarations_used, kernel_key
 from ..ir.placement import Binder, binds_loop, place, shared_loops
 from ..ir.program import Kernel, Program
 from .counting import Loop, LoopSums
@@ -203,8 +203,7 @@ def cost(program: Program, hardware: Hardware) -> Cost:
     hit = _PROGRAM_COSTS.get(key)
     if hit is None:
         sums = _shared_sums()   # kernels (of one program, of every step) share loop nests
-        decls = declarations_id(program)
-        per_kernel = [_cached_kernel_cost(k, program, hw, sums, decls)
+        per_kernel = [_cached_kernel_cost(k, program, hw, sums)
                       for k in program.kernels]
         per_kernel = [attrs.evolve(c, weight_prep=True) if _is_weight_prep(k, program) else c
                       for k, c in zip(program.kernels, per_kernel)]
@@ -242,8 +241,8 @@ def _shared_sums() -> LoopSums:
 
 
 def _cached_kernel_cost(kernel: Kernel, program: Program, hw: Hardware,
-                        sums: LoopSums, decls: int) -> KernelCost:
-    exact = (kernel, decls, hw)     # cheap: no renaming
+                        sums: LoopSums) -> KernelCost:
+    exact = (kernel, declarations_used(kernel, program), hw)     # cheap: no renaming
     hit = _KERNEL_COSTS.get(exact)
     if hit is not None:
         return hit
@@ -340,6 +339,36 @@ class _Frame:
 Chain = tuple[_Frame, ...]
 
 
+class _InternedChain(tuple):
+    """A chain (or its loops) interned by a counter, its hash computed once: memos are
+    keyed by chains, and hashing a plain tuple hashes every frame again."""
+
+    def __new__(cls, frames):
+        self = super().__new__(cls, frames)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self):
+        return self._hash
+
+    __eq__ = tuple.__eq__
+
+
+# One object per distinct loop, shared by every counter: ``LoopSums`` memo keys then
+# compare loops by identity, not field by field.
+_LOOPS: dict[Loop, Loop] = {}
+
+
+def _loop(name: str, dim, lo=None, hi=None) -> Loop:
+    loop = Loop(name, dim, lo, hi)
+    hit = _LOOPS.get(loop)
+    if hit is None:
+        if len(_LOOPS) >= 50_000:
+            _LOOPS.clear()
+        hit = _LOOPS[loop] = loop
+    return hit
+
+
 class _KernelCounter:
     """Walks a kernel's DAG once per (node, placement) and accumulates element counts."""
 
@@ -358,10 +387,12 @@ class _KernelCounter:
         self._chains: dict[Chain, Chain] = {}
         self._placed: dict[tuple, Chain] = {}
         self._entered: dict[tuple, Chain] = {}
+        self._chain_loops: dict[Chain, tuple] = {}
+        self._renamed: dict[tuple, Idx] = {}
         self._array_names = itertools.count()
         self._shared = shared_loops(kernel)    # map -> the reduce whose loop it shares
 
-        top = self._intern(tuple(_Frame(v, Loop(f"_{d}", self.dims[dim]))
+        top = self._intern(tuple(_Frame(v, _loop(f"_{d}", self.dims[dim]))
                                  for d, (v, dim) in enumerate(kernel.loops)))
         self.nk = len(top)
         for store in kernel.stores:
@@ -384,7 +415,11 @@ class _KernelCounter:
         return scope
 
     def _intern(self, chain: Chain) -> Chain:
-        return self._chains.setdefault(chain, chain)
+        hit = self._chains.get(chain)
+        if hit is None:
+            hit = _InternedChain(chain)
+            self._chains[hit] = hit
+        return hit
 
     def _place(self, node: Expr, ctx: Chain) -> Chain:
         """The prefix of ``ctx`` a node runs in (the shared placement rule): down to
@@ -407,14 +442,27 @@ class _KernelCounter:
     def _rename(self, ix: Idx | None, chain: Chain) -> Idx | None:
         if ix is None:
             return None
+        key = (ix, chain)
+        hit = self._renamed.get(key)
+        if hit is None:
+            hit = self._renamed[key] = self._rename_uncached(ix, chain)
+        return hit
+
+    def _rename_uncached(self, ix: Idx, chain: Chain) -> Idx:
         scope = self._scope(chain)
         mapping = {v: IVar(chain[d].loop.name) for v, d in scope.items()}
         # Variables of one-block loops the node was hoisted out of are block 0.
         mapping.update({v: IConst(0) for v in index_vars(ix) if v not in scope})
         return substitute(ix, mapping)
 
+    def _loops(self, chain: Chain) -> tuple:
+        loops = self._chain_loops.get(chain)
+        if loops is None:
+            loops = self._chain_loops[chain] = _InternedChain(f.loop for f in chain)
+        return loops
+
     def _elements(self, shape, chain: Chain) -> int:
-        return elements(shape, tuple(f.loop for f in chain), self.sums)
+        return elements(shape, self._loops(chain), self.sums)
 
     # -- the walk -----------------------------------------------------------------
     def visit(self, node: Expr, ctx: Chain):
@@ -422,23 +470,31 @@ class _KernelCounter:
         at its placement. Children are done first with an explicit stack, so deep
         expressions do not hit Python's recursion limit (``_count``'s own ``visit``
         calls are then memo hits)."""
+        shapes = self._shapes
         key = (node, self._place(node, ctx))
+        hit = shapes.get(key)
+        if hit is not None:
+            return hit
         stack = [(key, False)]
         while stack:
-            (n, at), ready = stack.pop()
-            if (n, at) in self._shapes:
+            key_n, ready = stack.pop()
+            if key_n in shapes:
                 continue
+            n, at = key_n
             if ready:
-                shape = self._shapes[(n, at)] = self._count(n, at)
+                shape = shapes[key_n] = self._count(n, at)
                 self._first_shape.setdefault(n, shape)
                 if n.op == "dot":
                     self._dot_traffic(n, shape, at)
                 continue
-            stack.append(((n, at), True))
-            inner = self._binder_context(n, at)
-            for child in reversed(n.args):
-                stack.append(((child, self._place(child, inner)), False))
-        return self._shapes[key]
+            stack.append((key_n, True))
+            if n.args:
+                inner = self._binder_context(n, at)
+                for child in reversed(n.args):
+                    child_key = (child, self._place(child, inner))
+                    if child_key not in shapes:
+                        stack.append((child_key, False))
+        return shapes[key]
 
     def _dot_traffic(self, node: Expr, shape, at: Chain) -> None:
         """A ``dot`` reads its operand blocks from the local tier and writes its
@@ -490,7 +546,7 @@ class _KernelCounter:
         if spec.result_axes is None:
             raise IRError(f"cost model: no shape rule for operator '{node.op}'")
         axes = [a.axes for a in args]
-        loops = tuple(f.loop for f in at)
+        loops = self._loops(at)
         self.flops += spec.flops_of(axes, lambda work: self.sums.count(loops, work))
         return BlockShape(tuple(spec.result_axes(axes)))
 
@@ -504,8 +560,8 @@ class _KernelCounter:
         if partner is not None:          # one loop with that reduce: the same frame
             hit = self._enter(partner, at, dim)
         else:
-            loop = Loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at),
-                        self._rename(hi, at))
+            loop = _loop(f"_{len(at)}", self.dims[dim], self._rename(lo, at),
+                         self._rename(hi, at))
             hit = self._intern(at + (_Frame(node.attr.var, loop,
                                             node if node.op == "reduce" else None,
                                             binds_loop(node, self.dims[dim])),))

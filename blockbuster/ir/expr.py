@@ -57,11 +57,13 @@ class PosAttr:
     index: Idx
 
 
-def _attr_key(attr):
-    # 0.0 == -0.0 and nan != nan: key floats by their exact bits.
+def attr_key(attr):
+    """``attr`` as a key that tells equal nodes: 0.0 == -0.0 and nan != nan, so
+    floats key by their exact bits."""
     if isinstance(attr, float):
         return ("float", attr.hex())
     return attr
+
 
 
 class Expr:
@@ -72,7 +74,7 @@ class Expr:
 
     def __new__(cls, op: str, args: Iterable["Expr"] = (), attr=None):
         args = tuple(args)
-        key = (op, args, _attr_key(attr))
+        key = (op, args, attr_key(attr))
         node = cls._table.get(key)
         if node is not None:
             return node
@@ -127,13 +129,17 @@ class Expr:
 
     def walk(self) -> Iterator["Expr"]:
         """Every distinct node of the DAG, children before parents."""
+        return iter(self.postorder())
+
+    def postorder(self) -> tuple["Expr", ...]:
+        """``walk``'s nodes as a tuple (memoised: do not rely on its identity)."""
         order = _WALKS.get(self)
         if order is None:
             order = _postorder(self)
             if len(_WALKS) >= _WALKS_LIMIT:
                 _WALKS.clear()
             _WALKS[self] = order
-        return iter(order)
+        return order
 
 
 # Fusion walks the same kernel bodies over and over (matching, dataflow, limits,

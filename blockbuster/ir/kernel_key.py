@@ -16,7 +16,7 @@ import itertools
 
 import attrs
 
-from .expr import Expr, LoadAttr
+from .expr import Expr, LoadAttr, attr_key
 from .program import Kernel, Program
 from .walk import with_args
 
@@ -106,7 +106,7 @@ def _maps(program: Program) -> tuple[dict, dict]:
 def kernel_key(kernel: Kernel, program: Program) -> tuple:
     """Equal for two kernels exactly when they are the same up to the names of the
     kernel and its arrays, in equal declarations (an undeclared name keys as None)."""
-    canon, arrays, named = _canonical(kernel)
+    _structure, arrays, named, number = _kernel_structure(kernel)
     dim_map, array_map = _maps(program)
     shapes = tuple(array_map[a].dims if a in array_map else None for a in arrays)
     used = set(named)
@@ -114,7 +114,109 @@ def kernel_key(kernel: Kernel, program: Program) -> tuple:
         if dims is not None:
             used.update(dims)
     decls = tuple((d, dim_map.get(d)) for d in sorted(used))
-    return canon, shapes, decls
+    return number, shapes, decls
+
+
+# The name-free structure of a node, computed once per node (not once per kernel and
+# renaming: a rewrite step's new kernel and every candidate holding a node share it):
+# node -> (structure number, the arrays it loads in order of first use). Two nodes get
+# the same number exactly when they are equal up to a renaming of their arrays that
+# keeps that order (the canonical renaming a0, a1... of ``_canonical``).
+_NODE_STRUCTURES: dict[Expr, tuple[int, tuple[str, ...]]] = {}
+# (op, attr, (child number, child array slots)...) -> structure number
+_STRUCTURES: dict[tuple, int] = {}
+_STRUCTURE_DIMS: dict[int, frozenset] = {}  # number -> dimensions it names
+_NEXT_STRUCTURE = itertools.count()
+# kernel -> (key, arrays in order of first use, dimensions it names)
+_KERNEL_STRUCTURES: dict[Kernel, tuple] = {}
+
+
+def _structure_number(key: tuple, dims: frozenset) -> int:
+    number = _STRUCTURES.get(key)
+    if number is None:
+        number = _STRUCTURES[key] = next(_NEXT_STRUCTURE)
+        _STRUCTURE_DIMS[number] = dims
+    return number
+
+
+def _node_structure(root: Expr) -> tuple[int, tuple[str, ...]]:
+    """``root``'s (structure number, arrays in order of first use); children first,
+    only below nodes not known yet, with an explicit stack (expressions can be deep).
+    Each node's arrays are its children's, concatenated without repeats: the order in
+    which ``walk`` (children first, left to right) meets the loads."""
+    memo = _NODE_STRUCTURES
+    stack = [root]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        if n.op == "load":
+            memo[n] = (_structure_number(("load", n.attr.index), frozenset()),
+                       (n.attr.array,))
+            stack.pop()
+            continue
+        missing = [a for a in n.args if a not in memo]
+        if missing:
+            stack.extend(reversed(missing))
+            continue
+        stack.pop()
+        slots: dict[str, int] = {}
+        parts = []
+        for a in n.args:
+            number, arrays = memo[a]
+            parts.append(number)
+            parts.append(tuple([slots.setdefault(x, len(slots)) for x in arrays]))
+        key = (n.op, attr_key(n.attr), tuple(parts))
+        number = _STRUCTURES.get(key)
+        if number is None:
+            dims = frozenset().union(*(_STRUCTURE_DIMS[memo[a][0]] for a in n.args))
+            if n.op in ("reduce", "map", "pos"):
+                dims = dims | {n.attr.dim}
+            number = _structure_number(key, dims)
+        memo[n] = (number, tuple(slots))
+    return memo[root]
+
+
+def _kernel_structure(kernel: Kernel) -> tuple:
+    """(name-free key, arrays in order of first use, dimensions named) of a kernel:
+    equal keys exactly where ``_canonical`` gives equal kernels."""
+    hit = _KERNEL_STRUCTURES.get(kernel)
+    if hit is not None:
+        return hit
+    if len(_STRUCTURES) > 8 * _LIMIT:
+        # Numbers are never reused: keys made before stay valid and simply miss.
+        for memo in (_STRUCTURES, _STRUCTURE_DIMS, _NODE_STRUCTURES, _KERNEL_STRUCTURES,
+                     _KERNEL_NUMBERS):
+            memo.clear()
+    elif len(_NODE_STRUCTURES) > 8 * _LIMIT:
+        _NODE_STRUCTURES.clear()       # numbers stay valid: only the node memo goes
+    slots: dict[str, int] = {}
+    for s in kernel.stores:
+        slots.setdefault(s.array, len(slots))
+    dims = {d for _, d in kernel.loops}
+    stores = []
+    for s in kernel.stores:
+        number, arrays = _node_structure(s.value)
+        dims |= _STRUCTURE_DIMS[number]
+        stores.append((slots[s.array], s.index, number,
+                       tuple([slots.setdefault(x, len(slots)) for x in arrays])))
+    key = (kernel.loops, tuple(stores))
+    number = _KERNEL_NUMBERS.get(key)
+    if number is None:
+        number = _KERNEL_NUMBERS[key] = next(_NEXT_STRUCTURE)
+    return _bounded_put(_KERNEL_STRUCTURES, kernel,
+                        (key, tuple(slots), frozenset(dims), number))
+
+
+# kernel key -> a number (``structure_number``), cleared with the structure numbers
+_KERNEL_NUMBERS: dict[tuple, int] = {}
+
+
+def structure_number(kernel: Kernel) -> int:
+    """A number equal for two kernels exactly when they are the same up to the names
+    of the kernel and its arrays (the structure part of ``kernel_key``)."""
+    return _kernel_structure(kernel)[3]
 
 
 # (name-free kernel, array names it gets) -> the kernel with those names: renaming a
@@ -153,12 +255,55 @@ def declarations_id(program: Program) -> int:
     return hit
 
 
+# kernel -> the arrays it stores, then those it loads (sorted)
+_USED: dict[Kernel, tuple] = {}
+
+
+def declarations_used(kernel: Kernel, program: Program) -> tuple:
+    """The declarations ``kernel`` can depend on in ``program``: the dimensions and
+    the declarations of the arrays it stores and loads. With the kernel itself an
+    exact memo key (names included) that, unlike ``declarations_id``, survives a
+    step that changes the declarations of other arrays (inlining, dropping a
+    kernel)."""
+    used = _USED.get(kernel)
+    if used is None:
+        used = _bounded_put(_USED, kernel, kernel.writes() + tuple(sorted(kernel.reads())))
+    dims_id, ids = declaration_numbers(program)
+    return dims_id, tuple([ids.get(a) for a in used])
+
+
+# Steps and candidates share their declaration tuples (``Program.evolve`` keeps them):
+# (id of dims, id of arrays) -> (dims, arrays, dims number, array name -> number of
+# its declaration), so each declaration is hashed once per tuple, not once per kernel.
+_DECL_NUMBERS: dict[tuple[int, int], tuple] = {}
+_DECLARATIONS: dict = {}         # a Dim tuple or GlobalArray -> a number never reused
+
+
+def _declaration_number(decl) -> int:
+    number = _DECLARATIONS.get(decl)
+    if number is None:
+        number = _bounded_put(_DECLARATIONS, decl, next(_NEXT_DECL_ID))
+    return number
+
+
+def declaration_numbers(program: Program) -> tuple[int, dict[str, int]]:
+    """(a number for the program's dimensions, array name -> a number for its
+    declaration): equal numbers for equal declarations, never reused (memoised)."""
+    key = (id(program.dims), id(program.arrays))
+    hit = _DECL_NUMBERS.get(key)
+    if hit is None or hit[0] is not program.dims or hit[1] is not program.arrays:
+        hit = _bounded_put(_DECL_NUMBERS, key, (
+            program.dims, program.arrays, _declaration_number(program.dims),
+            {a.name: _declaration_number(a) for a in program.arrays}), 4096)
+    return hit[2], hit[3]
+
+
 def array_order(kernel: Kernel) -> tuple[str, ...]:
     """The arrays a kernel stores and loads, in order of first use (stores first,
     then loads children first), memoised."""
-    return _canonical(kernel)[1]
+    return _kernel_structure(kernel)[1]
 
 
 def named_dims(kernel: Kernel) -> frozenset[str]:
     """The dimensions a kernel names itself (``ir.program.dims_named_by``), memoised."""
-    return _canonical(kernel)[2]
+    return _kernel_structure(kernel)[2]

@@ -17,7 +17,7 @@ from .combiners import COMBINERS
 from .expr import Expr
 from .index import IVar, Idx, free_vars as idx_free_vars
 from .ops import OPS, OpTypeError, check_arity
-from .kernel_key import declarations_id, kernel_key
+from .kernel_key import declaration_numbers, declarations_used, kernel_key
 from .program import Kernel, Program
 from .types import SCALAR, ArrayType, BlockType, TupleType
 from .walk import bound_var, find_shadowing
@@ -170,24 +170,40 @@ class LenientTypeChecker(TypeChecker):
 # kernels already verified against the same declarations are not checked again, also
 # under other names (``kernel_key``: candidates and identical layers).
 _VERIFIED_KERNELS: set = set()
-# One type checker (and its memo of typed sub-terms) per set of declarations: a
-# step's new kernel shares most of its nodes with the one it replaced.
+# One type checker (and its memo of typed sub-terms) per set of dimensions, kept while
+# the array declarations change compatibly: a step's new kernel shares most of its
+# nodes with the one it replaced, and a step that declares or drops an array (inlining,
+# dead kernels, weight preparation) leaves the types of everything else as they were.
+# dims number -> (checker, array name -> declaration number it has typed with)
 _CHECKERS: dict = {}
 
 
 def _checker(program: Program) -> "TypeChecker":
-    key = (program.dims, program.arrays)
-    hit = _CHECKERS.get(key)
-    if hit is None:
-        if len(_CHECKERS) >= 64:
-            _CHECKERS.clear()
-        hit = _CHECKERS[key] = TypeChecker(program)
-    elif len(hit._memo) > 200_000:
-        hit._memo.clear()
-    return hit
+    dims_id, numbers = declaration_numbers(program)
+    entry = _CHECKERS.get(dims_id)
+    if entry is not None:
+        checker, known = entry
+        if len(checker._memo) > 200_000:
+            checker._memo.clear()
+        # Reusable when no array it typed with is declared differently now, and no
+        # kernel loads an array that is not declared (its memo may still know a type
+        # for such a load; a fresh checker reports it).
+        if (all(known.get(name, n) == n for name, n in numbers.items())
+                and all(k.reads() <= numbers.keys() for k in program.kernels)):
+            if any(name not in known for name in numbers):
+                known.update(numbers)
+                checker.arrays = {**checker.arrays, **program.array_map}
+            checker.program = program
+            return checker
+    if len(_CHECKERS) >= 64:
+        _CHECKERS.clear()
+    checker = TypeChecker(program)
+    _CHECKERS[dims_id] = (checker, dict(numbers))
+    return checker
 
 
-def verify(program: Program, allow_shadowing: bool = False) -> Program:
+def verify(program: Program, allow_shadowing: bool = False,
+           trusted: frozenset = frozenset()) -> Program:
     """Raise :class:`IRError` if the program is ill-formed; return it otherwise.
 
     ``allow_shadowing`` is for the rewrite engine's intermediate programs only:
@@ -195,7 +211,10 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
     ``s``. That is well defined (lexical scope, capture-avoiding substitution) and the
     rules need binders over the same range to keep one name, so the engine renames
     such binders once, at the end (``rewrite.subst.unshadow_program``). Programs from
-    users, the builder and fusion results are checked strictly."""
+    users, the builder and fusion results are checked strictly.
+
+    ``trusted``: kernels known to pass their own checks against these declarations
+    (``verify_step``); the checks between kernels are still made."""
     dims = program.dim_map
     if len(dims) != len(program.dims):
         raise IRError(f"program {program.name}: a dimension is declared twice")
@@ -217,32 +236,24 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
     if overlap:
         raise IRError(f"program {program.name}: {sorted(overlap)[0]} is both an input and an output")
 
-    checker = None
-    decls = declarations_id(program)
     written: dict[str, str] = {}
     kernel_names: set[str] = set()
+    inputs = set(program.inputs)
     for kernel in program.kernels:
         if kernel.name in kernel_names:
             raise IRError(f"kernel '{kernel.name}' is defined twice")
         kernel_names.add(kernel.name)
-        for array in sorted(kernel.reads()):
-            if array in arrays and array not in program.inputs and array not in written:
-                later = program.producer(array)
-                reason = (f"is produced later, by kernel '{later.name}'" if later
-                          else "is never produced")
-                raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
-        exact = (kernel, decls, allow_shadowing)       # no renaming
-        if exact not in _VERIFIED_KERNELS:
-            if len(_VERIFIED_KERNELS) >= 40_000:
-                _VERIFIED_KERNELS.clear()
-            key = (kernel_key(kernel, program), allow_shadowing)
-            if key not in _VERIFIED_KERNELS:
-                checker = checker or _checker(program)
-                _verify_kernel(kernel, program, checker, allow_shadowing)
-                _VERIFIED_KERNELS.add(key)
-            _VERIFIED_KERNELS.add(exact)
+        if any(a in arrays and a not in inputs and a not in written for a in kernel.reads()):
+            for array in sorted(kernel.reads()):      # the first in name order
+                if array in arrays and array not in inputs and array not in written:
+                    later = program.producer(array)
+                    reason = (f"is produced later, by kernel '{later.name}'" if later
+                              else "is never produced")
+                    raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
+        if kernel not in trusted:
+            _verified(kernel, program, allow_shadowing)
         for store in kernel.stores:
-            if store.array in program.inputs:
+            if store.array in inputs:
                 raise IRError(f"kernel '{kernel.name}' writes input array {store.array}")
             if store.array in written:
                 raise IRError(f"array {store.array} is written by both kernel "
@@ -252,6 +263,59 @@ def verify(program: Program, allow_shadowing: bool = False) -> Program:
         if name not in written:
             raise IRError(f"output {name} is never written by any kernel")
     return program
+
+
+def _verified(kernel: Kernel, program: Program, allow_shadowing: bool) -> None:
+    """Check one kernel against the program's declarations, memoised by identity and
+    by name-free key."""
+    exact = (kernel, declarations_used(kernel, program), allow_shadowing)   # no renaming
+    if exact in _VERIFIED_KERNELS:
+        return
+    if len(_VERIFIED_KERNELS) >= 40_000:
+        _VERIFIED_KERNELS.clear()
+    key = (kernel_key(kernel, program), allow_shadowing)
+    if key not in _VERIFIED_KERNELS:
+        _verify_kernel(kernel, program, _checker(program), allow_shadowing)
+        _VERIFIED_KERNELS.add(key)
+    _VERIFIED_KERNELS.add(exact)
+
+
+def verify_rewritten(before: Program, old: Kernel, after: Program, new: Kernel,
+                     allow_shadowing: bool = False) -> Program:
+    """``verify(after)`` where ``before`` is verified and ``after`` is ``before`` with
+    kernel ``old`` replaced by ``new`` (same name, loops and stored arrays, reading no
+    array ``old`` does not: a rewrite inside one kernel). Every other check of
+    ``verify`` then holds as it did for ``before``, so only ``new`` is checked (the
+    same message as ``verify`` gives); anything else is verified in full."""
+    if (after.dims is before.dims and after.arrays is before.arrays
+            and after.inputs is before.inputs and after.outputs is before.outputs
+            and after.weights is before.weights and new.name == old.name
+            and new.loops == old.loops and new.writes() == old.writes()
+            and [s.index for s in new.stores] == [s.index for s in old.stores]
+            and new.reads() <= old.reads()
+            and len(after.kernels) == len(before.kernels)
+            and all(a is b or (a is new and b is old)
+                    for a, b in zip(after.kernels, before.kernels))):
+        _verified(new, after, allow_shadowing)
+        return after
+    return verify(after, allow_shadowing)
+
+
+def verify_step(before: Program, after: Program, allow_shadowing: bool = False) -> Program:
+    """``verify(after)`` where ``before`` is verified: kernels of ``after`` that are
+    kernels of ``before`` (the same objects), in the same dimensions, none of whose
+    arrays changed its declaration, pass their own checks as they did; the rest of
+    ``verify`` is done in full."""
+    trusted: frozenset = frozenset()
+    if after.dims is before.dims or after.dims == before.dims:
+        old, new = before.array_map, after.array_map
+        changed = {a for a in old.keys() | new.keys() if old.get(a) is not new.get(a)
+                   and old.get(a) != new.get(a)}
+        kept = set(before.kernels)
+        trusted = frozenset(k for k in after.kernels if k in kept
+                            and changed.isdisjoint(k.reads())
+                            and changed.isdisjoint(k.writes()))
+    return verify(after, allow_shadowing, trusted)
 
 
 def _verify_kernel(kernel: Kernel, program: Program, checker: TypeChecker,

@@ -147,8 +147,27 @@ def find_drop_dead(program: Program) -> Iterator[Application]:
 
 # --- merge_reductions -----------------------------------------------------------
 
+# Action searches run after every step on every kernel, and a step changes one
+# kernel: what they find in a kernel (or below a node) is memoised. Pure functions of
+# immutable kernels and hash-consed nodes (the memos keep them, and so the ids of
+# binding sites, alive).
+_SCOPES: dict = {}
+_HELD: dict = {}
+_MEMO_LIMIT = 20_000
+
+
 def _occurrence_scopes(kernel: Kernel) -> dict[Expr, set]:
-    """For each node, the scopes (var -> binding site) it occurs in."""
+    """For each node, the scopes (var -> binding site) it occurs in (memoised; the
+    caller must not change the answer)."""
+    hit = _SCOPES.get(kernel)
+    if hit is None:
+        if len(_SCOPES) >= _MEMO_LIMIT:
+            _SCOPES.clear()
+        hit = _SCOPES[kernel] = _find_occurrence_scopes(kernel)
+    return hit
+
+
+def _find_occurrence_scopes(kernel: Kernel) -> dict[Expr, set]:
     scopes: dict[Expr, set] = {}
 
     def visit(n: Expr, scope: tuple):
@@ -289,7 +308,16 @@ def find_hold_accumulators(program: Program) -> Iterator[Application]:
                                   lambda kernel=kernel, m=m, r=r: _hold_accumulators(program, kernel, m, r))
 
 
-def _held_reductions(m: Expr) -> list[Expr]:
+def _held_reductions(m: Expr) -> tuple[Expr, ...]:
+    hit = _HELD.get(m)
+    if hit is None:
+        if len(_HELD) >= _MEMO_LIMIT:
+            _HELD.clear()
+        hit = _HELD[m] = tuple(_find_held_reductions(m))
+    return hit
+
+
+def _find_held_reductions(m: Expr) -> list[Expr]:
     d = binder_of(m).var
     found: list[Expr] = []
 

@@ -26,7 +26,7 @@ from ..errors import BlockbusterError, IRError, UsageError
 from ..ir.depth import MAX_DEPTH
 from ..ir.expr import Expr
 from ..ir.program import Program
-from ..ir.verify import verify
+from ..ir.verify import verify, verify_rewritten, verify_step
 from .actions import ACTION_IMPLS
 from .subst import replace_in_kernel, unshadow_program
 from .guards import RuleContext, guards_hold
@@ -274,7 +274,7 @@ class Engine:
         trace: list[Step] = []
         limits = self.limits
         budget = self.budget if self.budget is not None else Budget(limits)
-        depths: dict = {}
+        verified = False            # ``program`` has passed a full ``verify``
         stop = "saturated"
         for phase in self.compiled.rules.schedule:
             index, actions = self.compiled.by_phase[phase]
@@ -283,10 +283,12 @@ class Engine:
                     stop = budget.exhausted
                     break
                 found = self._first_rewrite(program, index)
+                changed = None          # (old kernel, new kernel) of a rewrite step
                 if found is not None:
                     rule, kernel, before, after = found
                     new_program = replace_in_kernel(program, kernel, {before: after})
                     kernel_name = kernel.name
+                    changed = (kernel, new_program.kernels[program.kernels.index(kernel)])
                 else:
                     found = self._first_action(program, actions)
                     if found is None:
@@ -294,11 +296,13 @@ class Engine:
                     rule, app = found
                     new_program = app.build()
                     kernel_name, before, after = app.kernel, app.before, app.after
-                grown = _over_limits(new_program, limits, depths)
+                grown = _over_limits(new_program, limits)
                 if grown:
                     stop = grown
                     break
-                self._check(rule, new_program)
+                # After one full check, a rewrite step checks only the kernel it changed.
+                self._check(rule, new_program, program if verified else None, changed)
+                verified = True
                 step = Step(len(trace) + 1, phase, rule.name, str(rule.loc), kernel_name,
                             before, after, program, new_program)
                 trace.append(step)
@@ -313,9 +317,16 @@ class Engine:
         return FusionResult(program, tuple(trace), stop, time.perf_counter() - start, original)
 
     @staticmethod
-    def _check(rule: RuleDef, program: Program) -> None:
+    def _check(rule: RuleDef, program: Program, verified: Program | None = None,
+               changed: tuple | None = None) -> None:
         try:
-            verify(program, allow_shadowing=True)
+            if verified is not None and changed is not None:
+                verify_rewritten(verified, changed[0], program, changed[1],
+                                 allow_shadowing=True)
+            elif verified is not None:
+                verify_step(verified, program, allow_shadowing=True)
+            else:
+                verify(program, allow_shadowing=True)
         except IRError as err:
             raise RuleError(f"{rule.loc}: rule '{rule.name}' produced an ill-formed "
                             f"program: {err}") from None
@@ -331,28 +342,53 @@ def _once(build: Callable[[], Program]) -> Callable[[], Program]:
     return get
 
 
-def _over_limits(program: Program, limits: Limits, depths: dict) -> str | None:
-    """``node_limit``/``depth_limit`` if ``program`` exceeds one, else None. ``depths``
-    memoises node depths and each kernel's (node count, depth) across the steps of a
-    run (nodes and kernels are hash-consed; a step changes one kernel). The node count
-    is summed over kernels (a node shared by two kernels counts twice)."""
+# Node depths and each kernel's (node count, depth): pure functions of hash-consed
+# nodes and immutable kernels, shared by every run (a step changes one kernel, and
+# candidates and lookahead runs meet the same kernels again).
+_DEPTHS: dict = {}
+_SIZES: dict = {}
+
+
+def _over_limits(program: Program, limits: Limits) -> str | None:
+    """``node_limit``/``depth_limit`` if ``program`` exceeds one, else None. The node
+    count is summed over kernels (a node shared by two kernels counts twice)."""
     nodes = 0
     for kernel in program.kernels:
-        sized = depths.get(kernel)
+        sized = _SIZES.get(kernel)
         if sized is None:
-            seen: set = set()
-            deepest = 0
-            for store in kernel.stores:
-                for node in store.value.walk():     # children first, without recursion
-                    seen.add(node)
-                    if node not in depths:
-                        depths[node] = 1 + max((depths[a] for a in node.args), default=0)
-                    deepest = max(deepest, depths[node])
-            sized = depths[kernel] = (len(seen), deepest)
+            if len(_SIZES) >= 20_000:
+                _SIZES.clear()
+            if len(_DEPTHS) >= 200_000:
+                _DEPTHS.clear()
+            roots = [store.value for store in kernel.stores]
+            # Distinct nodes: the memoised walks (a step's new kernel is walked by the
+            # matcher anyway); the deepest node is a root's.
+            count = (len(roots[0].postorder()) if len(roots) == 1 else
+                     len(set().union(*(root.postorder() for root in roots))))
+            sized = _SIZES[kernel] = (count, max(_depth(root) for root in roots))
         if sized[1] > limits.max_depth:
             return "depth_limit"
         nodes += sized[0]
     return "node_limit" if nodes > limits.max_nodes else None
+
+
+def _depth(root: Expr) -> int:
+    """Nodes on the longest path from ``root`` to a leaf, memoised; only
+    nodes not known yet are visited (an explicit stack: expressions can be deep)."""
+    depths = _DEPTHS
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if node in depths:
+            stack.pop()
+            continue
+        missing = [a for a in node.args if a not in depths]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        depths[node] = 1 + max((depths[a] for a in node.args), default=0)
+    return depths[root]
 
 
 def fuse(program: Program, rules: RuleSet | None = None, limits: Limits | None = None, *,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir.expr import Expr, LoadAttr
-from ..ir.kernel_key import array_order, named_dims, rename_kernel
+from ..ir.kernel_key import array_order, named_dims, rename_kernel, structure_number
 from ..ir.program import Kernel, Program
 from ..ir.types import GlobalArray
 from ..ir.walk import map_expr
@@ -66,6 +66,43 @@ class Segments:
                        tuple(a for a in inputs if a in self.weights))
 
 
+    def key(self, start: int, stop: int) -> tuple[tuple, dict[str, str], dict[str, str]]:
+        """``canonical_key(self(start, stop))``, without building the segment: a
+        candidate met before (the same part of another layer) costs this."""
+        program = self.program
+        kernels = program.kernels[start:stop]
+        written = [a for k in kernels for a in k.writes()]
+        wset = set(written)
+        position = self.position
+        # ``array_order`` of each kernel gives what it reads too (first use order).
+        first: dict[str, int] = {}
+        for k in kernels:
+            for a in array_order(k):
+                first.setdefault(a, len(first))
+        inputs = sorted((a for a in first if a not in wset and a in position),
+                        key=position.__getitem__)
+        inputs.sort(key=first.__getitem__)          # stable: ``canonical``'s order
+        outputs = [a for a in written
+                   if self.reads.get(a, -1) >= stop or a in self.outputs]
+        others = [a for a in written if a not in outputs]
+        order = inputs + outputs + others
+        arrays = self.arrays
+        used_dims = {d for n in order for d in arrays[n].dims}.union(
+            *(named_dims(k) for k in kernels))
+        names = {n: f"a{i}" for i, n in enumerate(order)}
+        n_inputs = len(inputs)
+        weights = self.weights
+        key = (tuple(d for d in program.dims if d.name in used_dims),
+               tuple(arrays[n].dims for n in order),
+               tuple(i < n_inputs for i in range(len(order))),
+               tuple(names[n] for n in outputs),
+               tuple((structure_number(k), tuple([names.get(a, a) for a in array_order(k)]))
+                     for k in kernels),
+               tuple(i < n_inputs and n in weights for i, n in enumerate(order)))
+        return (key, {v: n for n, v in names.items()},
+                {f"k{i}": k.name for i, k in enumerate(kernels)})
+
+
 def last_reads(program: Program) -> dict[str, int]:
     """Each array read by a kernel -> the index of the last kernel that reads it."""
     return {a: i for i, k in enumerate(program.kernels) for a in k.reads()}
@@ -102,6 +139,48 @@ def feeds(first, second) -> bool:
     read_first = set().union(*(k.reads() for k in first))
     read_second = set().union(*(k.reads() for k in second))
     return bool(read_second & (written | read_first))
+
+
+def connected_spans(program: Program, window: int) -> set[tuple[int, int]]:
+    """Every ``(start, stop)`` with ``1 < stop - start <= window`` for which
+    ``connected(program, start, stop)``: for each ``stop`` the kernels are added one by
+    one going back, joined to the readers and writers already in the run."""
+    n = len(program.kernels)
+    writers: dict[str, list[int]] = {}
+    readers: dict[str, list[int]] = {}
+    for i, k in enumerate(program.kernels):
+        for a in k.writes():
+            writers.setdefault(a, []).append(i)
+        for a in k.reads():
+            readers.setdefault(a, []).append(i)
+    if any(len(w) > 1 for w in writers.values()):     # ill-formed: ask one by one
+        return {(i, j) for j in range(n + 1) for i in range(max(0, j - window), j - 1)
+                if connected(program, i, j)}
+    out = set()
+    for stop in range(2, n + 1):
+        parent: dict[int, int] = {}
+
+        def find(i):
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        parts = 0
+        for start in range(stop - 1, max(0, stop - window) - 1, -1):
+            parent[start] = start
+            parts += 1
+            k = program.kernels[start]
+            others = [m for a in k.writes() for m in readers.get(a, ()) if start < m < stop]
+            others += [w for a in k.reads() for w in writers.get(a, ()) if start < w < stop]
+            for m in others:
+                a, b = find(start), find(m)
+                if a != b:
+                    parent[a] = b
+                    parts -= 1
+            if parts == 1 and stop - start > 1:
+                out.add((start, stop))
+    return out
 
 
 def connected(program: Program, start: int, stop: int) -> bool:
@@ -150,9 +229,9 @@ def rename(program: Program, arrays: dict[str, str], kernels: dict[str, str]) ->
         kernels=tuple(kernel(k) for k in program.kernels))
 
 
-def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]]:
-    """A renaming that makes structurally identical programs (e.g. the same part of two
-    layers with their own weights) equal; returns it with the two inverse maps."""
+def _canonical_names(program: Program) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """``canonical``'s renaming: (arrays in canonical order, array -> canonical name,
+    kernel -> canonical name)."""
     # Inputs are numbered in order of first use, not of declaration: the input that
     # carries the activations into a layer is declared first in the first layer
     # (the program's input) and after the weights in the others (the previous
@@ -164,9 +243,34 @@ def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]
     inputs = set(program.inputs)
     order = ([a for a in sorted(program.inputs, key=lambda n: first.get(n, len(first)))]
              + [a.name for a in program.arrays if a.name not in inputs])
-    decl = program.array_map
     arrays = {n: f"a{i}" for i, n in enumerate(order)}
     kernels = {k.name: f"k{i}" for i, k in enumerate(program.kernels)}
+    return order, arrays, kernels
+
+
+def canonical_key(program: Program) -> tuple[tuple, dict[str, str], dict[str, str]]:
+    """(a key equal for two programs exactly when ``canonical`` makes them equal, the
+    two inverse maps): what ``canonical`` gives, without building the renamed program
+    (a candidate met before, e.g. the same part of another layer, costs this key)."""
+    order, arrays, kernels = _canonical_names(program)
+    decl = program.array_map
+    inputs, weights = set(program.inputs), set(program.weights)
+    key = (program.dims,
+           tuple(decl[n].dims for n in order),
+           tuple(n in inputs for n in order),
+           tuple(arrays.get(n, n) for n in program.outputs),
+           tuple((structure_number(k), tuple([arrays.get(a, a) for a in array_order(k)]))
+                 for k in program.kernels),
+           tuple(n in weights for n in order))
+    return key, {v: k for k, v in arrays.items()}, {v: k for k, v in kernels.items()}
+
+
+def canonical(program: Program) -> tuple[Program, dict[str, str], dict[str, str]]:
+    """A renaming that makes structurally identical programs (e.g. the same part of two
+    layers with their own weights) equal; returns it with the two inverse maps."""
+    order, arrays, kernels = _canonical_names(program)
+    inputs = set(program.inputs)
+    decl = program.array_map
     # ``rename``, kernel by kernel through the name-free kernel memo: a kernel met
     # before under other names (another candidate, another layer) costs a lookup.
     canon = Program(

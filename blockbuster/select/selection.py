@@ -31,7 +31,8 @@ from ..cost.model import cost
 from ..dsl.ast import RuleSet
 from ..ir.program import Kernel, Program
 from ..rewrite.engine import Budget, Engine, FusionResult, Limits, RuleError
-from .extract import Segments, canonical, connected, feeds, rename, sub_program
+from .extract import (Segments, canonical, canonical_key, connected_spans, feeds, rename,
+                      sub_program)
 
 # How many consecutive kernels a seed candidate may hold: a bound on the search (the
 # seeds are O(window × kernels) engine runs), not on the pieces, which grow by cost.
@@ -101,6 +102,7 @@ class Selector:
         self.grow = grow
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.cache: dict[Program, _Fused] = {}
+        self.by_key: dict[tuple, _Fused] = {}   # the same, by ``canonical_key``
         self.fusions = 0
         self.merges = 0                      # merges that paid (last select)
         self.refused = 0                     # merge candidates the engine could not take
@@ -111,7 +113,11 @@ class Selector:
         """The candidate's fusion (cached by structure) and the renaming back to the
         candidate's names. ``tolerant``: a candidate the engine fails on stays as it
         is (``refused`` counts them), and the failure is cached too."""
-        canon, arrays_back, kernels_back = canonical(candidate)
+        key, arrays_back, kernels_back = canonical_key(candidate)
+        hit = self.by_key.get(key)
+        if hit is not None:        # met before (another layer): no renamed program built
+            return hit, (arrays_back, kernels_back)
+        canon = canonical(candidate)[0]
         hit = self.cache.get(canon)
         if hit is None and self.budget is not None and self.budget.check():
             # The whole fusion's steps or seconds are spent: the rest stays unfused.
@@ -125,12 +131,14 @@ class Selector:
                 if not tolerant:
                     raise
                 self.refused += 1
-                self.cache[canon] = self._priced(canon, canon, {}, (), "saturated")
+                self.cache[canon] = self.by_key[key] = self._priced(canon, canon, {}, (),
+                                                                    "saturated")
                 return self.cache[canon], (arrays_back, kernels_back)
             self.fusions += 1
             hit = self._priced(result.program, canon, result.rule_counts(), result.trace,
                                result.stop_reason)
             self.cache[canon] = hit
+        self.by_key[key] = hit
         return hit, (arrays_back, kernels_back)
 
     def _priced(self, fused: Program, unfused: Program, rules, steps, stop) -> _Fused:
@@ -159,8 +167,9 @@ class Selector:
     # -- seeds: the cheapest cover by windowed candidates ------------------------
     def _seed(self, program: Program) -> list[_Part]:
         n = len(program.kernels)
+        joined = connected_spans(program, self.max_kernels)
         spans = [(i, j) for j in range(1, n + 1) for i in range(max(0, j - self.max_kernels), j)
-                 if j - i == 1 or connected(program, i, j)]
+                 if j - i == 1 or (i, j) in joined]
         best: list[float] = [0.0] + [math.inf] * n
         segment = Segments(program)
         choice: list[tuple | None] = [None] * (n + 1)
@@ -172,7 +181,11 @@ class Selector:
                 # program is covered by its kernels alone, without pricing (or even
                 # naming) each remaining candidate, so the limits bound the wall time.
                 continue
-            info, back = self._fuse(segment(i, j))
+            key, *back = segment.key(i, j)
+            info = self.by_key.get(key)      # met before: the segment is not built
+            if info is None:
+                info, back = self._fuse(segment(i, j))
+            back = tuple(back)
             price = info.price
             if not info.keeps:
                 if j - i > 1:
