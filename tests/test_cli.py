@@ -171,13 +171,17 @@ def test_workloads_lists_dims_with_defaults():
     assert data["attention"]["derived"] == {"S": "N"}
 
 
-def test_backends_lists_reference_ok():
+def test_backends_lists_reference_ok(capsys):
     r = bb("backends")
     assert r.returncode == 0
     rows = {line.split()[0]: line.split()[1] for line in r.stdout.splitlines()
             if line and not line.startswith(" ")}
     assert rows["reference"] == "ok"
-    data = json.loads(bb("backends", "--json").stdout)
+    # --json in this process: the same command and registry, without a second
+    # interpreter importing every plugin again
+    capsys.readouterr()
+    assert cli.main(["backends", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     ref = [b for b in data["backends"] if b["name"] == "reference"]
     assert ref and ref[0]["status"] == "ok" and ref[0]["description"]
     assert data["default"] in {b["name"] for b in data["backends"]}

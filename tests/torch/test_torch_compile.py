@@ -43,9 +43,16 @@ def _close(a, b, tol=1e-5):
     return float((a - b).abs().max() / max(1.0, float(b.abs().max()))) < tol
 
 
+@pytest.fixture(scope="module")
+def _module_cache(tmp_path_factory):
+    """One cache for this module's tests (not the developer's): the tests below that
+    compile the same model at the same size share its fused program, fused once."""
+    return tmp_path_factory.mktemp("torch-compile-cache")
+
+
 @pytest.fixture(autouse=True)
-def _fresh_dynamo(tmp_path, monkeypatch):
-    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+def _fresh_dynamo(_module_cache, monkeypatch):
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(_module_cache))
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
@@ -78,14 +85,14 @@ def test_new_input_size_recompiles():
     model = Block().eval()
     compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
     with torch.no_grad():
-        for t in (37, 20):
-            x = torch.randn(1, t, 48)
+        for b, t in ((2, 37), (1, 20)):     # (2, 37) as above: its fused program is cached
+            x = torch.randn(b, t, 48)
             assert _close(compiled(x), model(x))
 
 
 def test_changed_parameters_are_seen():
     model = Block().eval()
-    x = torch.randn(1, 21, 48)
+    x = torch.randn(2, 37, 48)                     # the size above: a cached fused program
     compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
     with torch.no_grad():
         before = compiled(x)
@@ -103,7 +110,9 @@ def test_unknown_option_is_a_clear_error():
     assert isinstance(err.value, UsageError) or "UsageError" in repr(err.value)
 
 
-def test_fused_programs_are_cached_across_processes(tmp_path):
+def test_fused_programs_are_cached_across_processes(tmp_path, monkeypatch):
+    """This process fuses into an empty cache; a fresh process reads the entry back
+    (one process start, not two: the writer needs no process of its own)."""
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent("""
         import sys, torch
@@ -116,13 +125,17 @@ def test_fused_programs_are_cached_across_processes(tmp_path):
             x = torch.randn(1, 19, 48)
             print(float((f(x) - m(x)).abs().max()))
     """ % os.path.dirname(__file__)))
-    env = {**os.environ, "BLOCKBUSTER_CACHE": str(tmp_path / "cache")}
-    first = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                           text=True, timeout=300)
-    assert first.returncode == 0, first.stderr[-2000:]
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    model = Block().eval()
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad():
+        x = torch.randn(1, 19, 48)
+        assert _close(compiled(x), model(x))
     entries = sorted((tmp_path / "cache" / "fusion").glob("*.bbp"))
     assert entries, "the fused program was not cached"
     stamps = [p.stat().st_mtime_ns for p in entries]
+    env = {**os.environ, "BLOCKBUSTER_CACHE": str(tmp_path / "cache")}
     second = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                             text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
