@@ -181,6 +181,16 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
         return derived[k]
 
     base = derive(initial)
+
+    def priced(blocks: dict):
+        """(blocks, modeled, program) derived at ``blocks``, or None where fusion
+        cannot take the assignment."""
+        try:
+            program = derive(blocks)
+        except Exception:          # noqa: BLE001 - an assignment fusion cannot take
+            return None
+        return blocks, model(program, hardware, constraints), program
+
     ordered = [b for b, _ in _order(_busy_enough(search(base, tunable, hardware, constraints),
                                                  hardware.cores))]
     if not ordered:
@@ -194,13 +204,8 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
     for blocks in ordered[:wanted + 3]:         # a few spare: fusion may refuse one
         if len(finalists) == wanted:
             break
-        if _key(blocks) == _key(initial):
-            continue
-        try:
-            program = derive(blocks)
-        except Exception:          # noqa: BLE001 - an assignment fusion cannot take
-            continue
-        finalists.append((blocks, model(program, hardware, constraints), program))
+        if _key(blocks) != _key(initial) and (found := priced(blocks)) is not None:
+            finalists.append(found)
     if mode == "model":
         # Unmeasured, only the cost model's own objective (what fusion optimises) is
         # trusted to compare fused programs: the step and spill terms above rank
@@ -212,14 +217,8 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
     wide = []
     if mode == "measure":
         taken = {_key(b) for b, _, _ in finalists}
-        for blocks in wide_assignments(tunable.sizes, hardware.cores, constraints):
-            if _key(blocks) in taken:
-                continue
-            try:
-                program = derive(blocks)
-            except Exception:      # noqa: BLE001 - an assignment fusion cannot take
-                continue
-            wide.append((blocks, model(program, hardware, constraints), program))
+        wide = [found for blocks in wide_assignments(tunable.sizes, hardware.cores, constraints)
+                if _key(blocks) not in taken and (found := priced(blocks)) is not None]
     ranked = _order(_busy_enough([(b, m) for b, m, _ in finalists], hardware.cores))
     by_key = {_key(b): p for b, _, p in finalists + wide}
     if not ranked:                 # nothing priced finite: keep the initial blocks
