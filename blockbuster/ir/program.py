@@ -55,6 +55,29 @@ class Kernel:
         return tuple(s.array for s in self.stores)
 
 
+# Declaration tuple -> (the tuple, name -> its last declaration, name -> its first).
+# Rewriting builds thousands of programs that share their dims and arrays tuples
+# (``Program.evolve``), and each asks for these maps again and again. (A name declared
+# twice is an error ``verify`` reports; until then the maps answer as before: the
+# last declaration, and ``array`` the first.)
+_BY_NAME: dict[int, tuple[tuple, dict, dict]] = {}
+
+
+def _by_name(decls: tuple, first: bool = False) -> dict:
+    hit = _BY_NAME.get(id(decls))
+    if hit is None or hit[0] is not decls:
+        if len(_BY_NAME) >= 4096:
+            _BY_NAME.clear()
+        last = {d.name: d for d in decls}
+        firsts = last
+        if len(last) != len(decls):
+            firsts = {}
+            for d in decls:
+                firsts.setdefault(d.name, d)
+        hit = _BY_NAME[id(decls)] = (decls, last, firsts)
+    return hit[2] if first else hit[1]
+
+
 def dims_named_by(kernels) -> set[str]:
     """Dimensions the kernels name themselves: their loops, reductions, maps and
     positions (a head-size dimension may appear in no array at all)."""
@@ -93,23 +116,31 @@ class Program:
 
     @property
     def dim_map(self) -> dict[str, Dim]:
-        return {d.name: d for d in self.dims}
+        """Name -> dimension (memoised per declaration tuple: do not change it)."""
+        return _by_name(self.dims)
 
     def array(self, name: str) -> GlobalArray:
-        for a in self.arrays:
-            if a.name == name:
-                return a
-        raise KeyError(name)
+        hit = _by_name(self.arrays, first=True).get(name)
+        if hit is None:
+            raise KeyError(name)
+        return hit
 
     @property
     def array_map(self) -> dict[str, GlobalArray]:
-        return {a.name: a for a in self.arrays}
+        """Name -> declaration (memoised per declaration tuple: do not change it)."""
+        return _by_name(self.arrays)
 
     @property
     def intermediates(self) -> tuple[str, ...]:
         """Global arrays that are neither inputs nor outputs."""
         io = set(self.inputs) | set(self.outputs)
         return tuple(a.name for a in self.arrays if a.name not in io)
+
+    def is_intermediate(self, array: str) -> bool:
+        """``array in self.intermediates``, without building the tuple (a guard asks
+        it for every load an inlining step could take)."""
+        return (array not in self.inputs and array not in self.outputs
+                and any(a.name == array for a in self.arrays))
 
     def producer(self, array: str) -> Kernel | None:
         for k in self.kernels:

@@ -154,7 +154,7 @@ GUARD_IMPLS: dict[str, Callable] = {
     "vector": lambda ctx, b, x: _rank(ctx, b[x], 1),
     "block": lambda ctx, b, x: _rank(ctx, b[x], 2),
     "constant": lambda ctx, b, x: b[x].op == "const",
-    "intermediate": lambda ctx, b, a: b[a] in ctx.program.intermediates,
+    "intermediate": lambda ctx, b, a: ctx.program.is_intermediate(b[a]),
     "same_index": lambda ctx, b, a: same_index(ctx, b[a]),
     "fits_local": lambda ctx, b, a: fits_local(ctx, b[a]),
     "bounds_invariant": lambda ctx, b, r, v: _bounds_invariant(b, r, v),
