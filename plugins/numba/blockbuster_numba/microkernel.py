@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import numpy as np
+from .kernel_numpy import np  # NumPy, with np.empty lowered inline (no compile of its own)
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import njit, types
