@@ -62,6 +62,23 @@ def test_a_read_in_place_or_packed(layout):
     check(a, b, c)
 
 
+@pytest.mark.parametrize("layout", ["column slice", "transposed", "every other column"])
+def test_b_packed_from_any_strides(layout):
+    # Full strips of a unit-column-stride B are copied whole, the rest element by
+    # element (a transposed B down its columns); the ragged last strip is zero-padded.
+    rng = np.random.default_rng(12)
+    m, k, n = mk.MR + 3, mk.KC + 11, 2 * mk.NR + 7
+    if layout == "column slice":
+        b = (rng.standard_normal((k, n + 50)) * 1e3).astype(np.float32)[:, 20:n + 20]
+    elif layout == "transposed":
+        b = (rng.standard_normal((n, k)) * 1e3).astype(np.float32).T
+    else:
+        b = (rng.standard_normal((k, 2 * n)) * 1e3).astype(np.float32)[:, ::2]
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    check(a, b, c)
+
+
 def test_empty_inner_dimension_leaves_c():
     a = np.zeros((5, 0), np.float32)
     b = np.zeros((0, 9), np.float32)
