@@ -148,6 +148,11 @@ class BoundProgram:
         return self.per_call.outputs
 
     @property
+    def program(self):
+        """The program a call runs: the per-call part (weight preparation split off)."""
+        return self.per_call.program
+
+    @property
     def kernels_per_call(self) -> int:
         return len(self.per_call.program.kernels)
 

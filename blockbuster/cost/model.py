@@ -168,11 +168,22 @@ class Cost:
         perfectly, so of two versions with equal roofline time the one moving fewer
         bytes wins). Weight preparation is done once and left out. Infinite when a
         kernel does not fit the local tier."""
-        if not self.fits:
-            return math.inf
+        return self.roofline_objective if self.fits else math.inf
+
+    @property
+    def roofline_objective(self) -> float:
+        """The objective as if every kernel fitted the local tier."""
         calls = [k for k in self.per_kernel if not k.weight_prep]
         return sum(k.time_estimate + TRAFFIC_WEIGHT * k.global_bytes
                    / self.hardware.global_bandwidth_bytes_per_s for k in calls)
+
+    @property
+    def rank(self) -> tuple[float, float]:
+        """What a pricing guard compares: the objective, then (both infinite: neither
+        fits a local tier that is a cache, as at the large blocks measured tuning
+        tries) the objective as if it fitted, so the rules still prefer the version
+        with less work per call."""
+        return self.objective, self.roofline_objective
 
     def as_dict(self) -> dict:
         """JSON-ready: plain ints, floats, bools, strings, lists and dicts."""

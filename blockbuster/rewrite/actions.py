@@ -521,14 +521,28 @@ def _prep_layout(program: Program, node: Expr, inputs: set) -> list | None:
     """[(var, dim)] for the array the value of ``node`` can be stored in, or None."""
     from ..ir.verify import TypeChecker
     var_dim: dict[str, str] = {}
+    # A sum over a whole dimension is prepared with it (the column sums of a weight,
+    # ``sum(k in K: colsum(rowscale(beta[k], W[k, n])))``); its variable indexes no
+    # axis of the prepared array.
+    bound = {n.attr.var: n.attr.dim for n in node.walk() if n.op == "reduce"}
+    if set(bound) & node.free_vars:
+        return None
     for n in node.walk():
-        if n.op in _NOT_PREPARED:
+        if n.op == "reduce":
+            if n.attr.lo is not None or n.attr.hi is not None:
+                return None
+        elif n.op in _NOT_PREPARED:
             return None
         if n.op == "load":
             if n.attr.array not in inputs:
                 return None
             for ix, dim in zip(n.attr.index, program.array(n.attr.array).dims):
-                if not isinstance(ix, IVar) or var_dim.setdefault(ix.name, dim) != dim:
+                if not isinstance(ix, IVar):
+                    return None
+                if ix.name in bound:
+                    if bound[ix.name] != dim:
+                        return None
+                elif var_dim.setdefault(ix.name, dim) != dim:
                     return None
     if not any(n.op == "load" for n in node.walk()):
         return None

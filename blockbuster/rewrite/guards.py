@@ -92,7 +92,7 @@ def cheaper_after(ctx: RuleContext, phase: str) -> bool:
     from ..cost.model import cost
     hw = _hardware(ctx)
     now, then = _lookahead(ctx, phase)
-    return cost(then, hw).objective < cost(now, hw).objective
+    return cost(then, hw).rank < cost(now, hw).rank
 
 
 def cheaper(ctx: RuleContext) -> bool:
@@ -101,7 +101,7 @@ def cheaper(ctx: RuleContext) -> bool:
     hw = _hardware(ctx)
     if ctx.candidate is None:
         raise ValueError("cheaper() guards an action's result")
-    return cost(ctx.candidate(), hw).objective < cost(ctx.program, hw).objective
+    return cost(ctx.candidate(), hw).rank < cost(ctx.program, hw).rank
 
 
 def fits_after(ctx: RuleContext, phase: str) -> bool:

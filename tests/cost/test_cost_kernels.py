@@ -122,6 +122,18 @@ def test_fits_against_local_capacity():
     assert not short.as_dict()["fits"]
 
 
+def test_rank_orders_programs_that_do_not_fit_by_their_roofline():
+    # Pricing guards compare ``rank``: the objective, then (both infinite) the
+    # objective as if the local tier were large enough.
+    p = program(TWO_KERNELS)
+    need = cost(p).per_kernel[0].local_bytes
+    roomy, short = cost(p, tiny(need)), cost(p, tiny(need - 1))
+    assert short.objective == float("inf") and roomy.objective < float("inf")
+    assert short.rank == (float("inf"), pytest.approx(roomy.objective))
+    assert roomy.rank == (roomy.objective, roomy.objective)
+    assert roomy.rank < short.rank
+
+
 def test_roofline_takes_the_slowest_of_memory_compute_and_local_traffic():
     p = program(TWO_KERNELS)
     slow_memory = Hardware("mem", 1, 1 << 20, 1.0, 1e30, 1e30)

@@ -45,6 +45,40 @@ def test_transposed_and_sliced_views_large_magnitudes():
     check(wide[:, 3:44], kt.T, c)
 
 
+@pytest.mark.parametrize("layout", ["row slice", "transposed", "broadcast rows"])
+def test_a_read_in_place_or_packed(layout):
+    # Rows of unit column stride are read where they lie (at an offset in a wider
+    # array, over several k-panels); other strides are packed first. Both match.
+    rng = np.random.default_rng(11)
+    m, k, n = 3 * mk.MR + 2, mk.KC + 9, mk.NR + 5
+    if layout == "row slice":
+        a = (rng.standard_normal((m + 4, k + 13)) * 1e3).astype(np.float32)[2:m + 2, 7:k + 7]
+    elif layout == "transposed":
+        a = (rng.standard_normal((k, m)) * 1e3).astype(np.float32).T
+    else:
+        a = np.broadcast_to((rng.standard_normal(k) * 1e3).astype(np.float32), (m, k))
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    check(a, b, c)
+
+
+@pytest.mark.parametrize("layout", ["column slice", "transposed", "every other column"])
+def test_b_packed_from_any_strides(layout):
+    # Full strips of a unit-column-stride B are copied whole, the rest element by
+    # element (a transposed B down its columns); the ragged last strip is zero-padded.
+    rng = np.random.default_rng(12)
+    m, k, n = mk.MR + 3, mk.KC + 11, 2 * mk.NR + 7
+    if layout == "column slice":
+        b = (rng.standard_normal((k, n + 50)) * 1e3).astype(np.float32)[:, 20:n + 20]
+    elif layout == "transposed":
+        b = (rng.standard_normal((n, k)) * 1e3).astype(np.float32).T
+    else:
+        b = (rng.standard_normal((k, 2 * n)) * 1e3).astype(np.float32)[:, ::2]
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    check(a, b, c)
+
+
 def test_empty_inner_dimension_leaves_c():
     a = np.zeros((5, 0), np.float32)
     b = np.zeros((0, 9), np.float32)

@@ -161,8 +161,12 @@ def _layernorm_errors(M, K, N, mean, backend, seed=3, rules=None):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mean", [1e3, 1e4, 1e5])
 def test_fused_layernorm_matmul_error_at_most_1_5x_unfused(backend, mean):
-    unfused, fused = _layernorm_errors(45, 150, 23, mean, backend)
-    assert fused <= 1.5 * unfused, (fused, unfused)
+    # Averaged over inputs: in float32 the two programs sum in different orders, and
+    # one input alone can land either way (ratios 0.8-1.6 on AVX-512 at mean 1e3).
+    errors = np.array([_layernorm_errors(45, 150, 23, mean, backend, seed=s)
+                       for s in range(4)])
+    unfused, fused = errors.mean(axis=0)
+    assert fused <= 1.5 * unfused, errors
 
 
 def test_paper_rules_layernorm_matmul_is_worse_than_default():

@@ -131,3 +131,28 @@ def test_no_wide_assignments_where_the_local_capacity_is_hard():
     # 4096 in at least 2 (then 4) blocks of at most 1024: 1024 both times, kept once.
     assert wide_assignments({"M": 4096, "N": 100}, 2, NUMBA) == [{"M": 1024, "N": 100}]
     assert wide_assignments({"M": 3000}, 2, NUMBA) == [{"M": 1000}, {"M": 752}]
+
+
+def test_weight_preparation_is_bound_once_not_timed():
+    # A candidate with weight-preparation kernels is timed as a user runs it: weights
+    # bound once (the preparation runs then), each timed call runs the rest.
+    import numpy as np
+
+    import blockbuster as bb
+    from blockbuster.backends.base import BoundProgram
+    from blockbuster.ir.prep import weight_derived_kernels
+    from blockbuster.tuning.measure import per_call
+    from blockbuster.validate import random_inputs
+
+    fused = bb.fuse(bb.workload("rmsnorm_ffn_swiglu", M=21, D=50, H=45)).program
+    assert weight_derived_kernels(fused)
+    compiled = bb.compile(fused, backend="reference", tune="off")
+    inputs = random_inputs(fused, seed=0)
+    call, call_inputs = per_call(compiled, inputs)
+    assert isinstance(call, BoundProgram) and call.weight_prep_kernels >= 1
+    assert set(call_inputs) == set(inputs) - set(fused.weights)
+    np.testing.assert_array_equal(call(**call_inputs)["Y"], compiled(**inputs)["Y"])
+
+    plain = bb.compile(bb.workload("attention", N=20), backend="reference", tune="off")
+    x = random_inputs(plain.program, seed=0)
+    assert per_call(plain, x) == (plain, x)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import numpy as np
+from .kernel_numpy import np  # NumPy, with np.empty lowered inline (no compile of its own)
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import njit, types
@@ -82,26 +82,36 @@ SIGNATURE = (f"gemm micro-kernel {MR}x{NR} (vector {VW}), panels KC={KC} B panel
              f"{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}")
 
 
-def _micro(mr: int, nr: int, vw: int, to_tile: bool):
-    """The micro-kernel intrinsic ``(ap, bp, boff, kc, C, i0, j0)``: ``C[i0:i0+mr,
-    j0:j0+nr] += ap · bp[boff:]`` with ``ap`` packed ``kc x mr`` and ``bp[boff:]``
-    packed ``kc x nr`` (row-major both). ``to_tile``: store into ``C`` instead of
-    adding (a scratch tile; ``i0``, ``j0`` are then 0)."""
+def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
+    """The micro-kernel intrinsic ``(a, aoff, lda, bp, boff, kc, C, i0, j0)``:
+    ``C[i0:i0+mr, j0:j0+nr] += A · bp[boff:]`` with ``bp[boff:]`` packed ``kc x nr``
+    (row-major). ``A`` is ``a[aoff:]`` packed ``kc x mr`` (row-major; ``lda`` unused),
+    or with ``direct`` read where it lies: element ``(i, k)`` at ``a.flat[aoff + i*lda
+    + k]`` (a row-major block of unit column stride needs no packing: its ``mr`` rows
+    are ``mr`` sequential streams, each broadcast element loaded once, as from a packed
+    strip). ``to_tile``: store into ``C`` instead of adding (a scratch tile; ``i0``,
+    ``j0`` are then 0)."""
     nv = nr // vw
 
     @intrinsic
-    def micro(typingctx, ap, bp, boff, kc, c, i0, j0):
-        sig = types.void(ap, bp, types.int64, types.int64, c, types.int64, types.int64)
+    def micro(typingctx, ap, aoff, lda, bp, boff, kc, c, i0, j0):
+        sig = types.void(ap, types.int64, types.int64, bp, types.int64, types.int64, c,
+                         types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
-            ap_v, bp_v, boff_v, kc_v, c_v, i0_v, j0_v = args
+            ap_v, aoff_v, lda_v, bp_v, boff_v, kc_v, c_v, i0_v, j0_v = args
             f32 = ir.FloatType()
             i64 = ir.IntType(64)
             vty = ir.VectorType(f32, vw)
-            a_ptr = context.make_array(signature.args[0])(context, builder, ap_v).data
-            b_arr = context.make_array(signature.args[1])(context, builder, bp_v)
+            a_ptr = builder.gep(context.make_array(signature.args[0])(
+                context, builder, ap_v).data, [aoff_v])
+            b_arr = context.make_array(signature.args[3])(context, builder, bp_v)
             b_ptr = builder.gep(b_arr.data, [boff_v])
-            c_arr = context.make_array(signature.args[4])(context, builder, c_v)
+            c_arr = context.make_array(signature.args[6])(context, builder, c_v)
+            # Where row i of A starts (hoisted out of the k loop).
+            a_rows = [builder.gep(a_ptr, [builder.mul(lda_v, ir.Constant(i64, i))])
+                      if direct else builder.gep(a_ptr, [ir.Constant(i64, i)])
+                      for i in range(mr)]
             row_stride = cgutils.unpack_tuple(builder, c_arr.strides, 2)[0]
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fma.v{vw}f32")
@@ -126,10 +136,10 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool):
             bvec = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, v * vw)]),
                                                  vty.as_pointer()), align=4)
                     for v in range(nv)]
-            arow = builder.gep(a_ptr, [builder.mul(k, ir.Constant(i64, mr))])
+            a_step = k if direct else builder.mul(k, ir.Constant(i64, mr))
             new = []
             for i in range(mr):
-                a = builder.load(builder.gep(arow, [ir.Constant(i64, i)]))
+                a = builder.load(builder.gep(a_rows[i], [a_step]))
                 splat = builder.shuffle_vector(builder.insert_element(undef, a, ir.Constant(
                     ir.IntType(32), 0)), undef, splat_mask)
                 for v in range(nv):
@@ -170,6 +180,8 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool):
 
 _micro_add = _micro(MR, NR, VW, False)
 _micro_tile = _micro(MR, NR, VW, True)
+_micro_add_direct = _micro(MR, NR, VW, False, direct=True)
+_micro_tile_direct = _micro(MR, NR, VW, True, direct=True)
 
 _F32 = np.float32
 _ZERO = np.float32(0.0)
@@ -187,20 +199,58 @@ def _pack_a(A, i0, mr, k0, kc, ap):
             ap[k * MR + i] = _ZERO
 
 
+def _row_copier(width: int):
+    """The intrinsic ``(dst, doff, src, row, col)``: ``dst[doff:doff+width] =
+    src[row, col:col+width]`` for a 2-D ``src`` of unit column stride, as one copy of
+    a constant size (vector moves; indexing an array of unknown strides element by
+    element does not vectorise, and packing B cost a third of a 128x1024x64 block)."""
+
+    @intrinsic
+    def copy(typingctx, dst, doff, src, row, col):
+        sig = types.void(dst, types.int64, src, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            dst_v, doff_v, src_v, row_v, col_v = args
+            i64 = ir.IntType(64)
+            d = builder.gep(context.make_array(signature.args[0])(context, builder, dst_v).data,
+                            [doff_v])
+            s_arr = context.make_array(signature.args[2])(context, builder, src_v)
+            row_stride = cgutils.unpack_tuple(builder, s_arr.strides, 2)[0]
+            off = builder.add(builder.mul(row_v, row_stride),
+                              builder.mul(col_v, ir.Constant(i64, 4)))
+            base = builder.bitcast(s_arr.data, ir.IntType(8).as_pointer())
+            src_ptr = builder.bitcast(builder.gep(base, [off]), ir.FloatType().as_pointer())
+            cgutils.raw_memcpy(builder, d, src_ptr, ir.Constant(i64, width), 4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return copy
+
+
+_copy_strip_row = _row_copier(NR)
+
+
 @njit(inline="always", **{k: v for k, v in _OPTS.items() if k != "cache"})
 def _pack_b(B, k0, kc, j0, nc, bp):
     """bp[t, k, j] (flat) = B[k0+k, j0+t*NR+j] in NR-wide strips, zero-padded."""
     strips = (nc + NR - 1) // NR
+    unit_columns = B.strides[1] == 4
     for t in range(strips):
         jt = j0 + t * NR
         w = min(NR, j0 + nc - jt)
         base = t * kc * NR
+        if unit_columns and w == NR:
+            for k in range(kc):
+                _copy_strip_row(bp, base + k * NR, B, k0 + k, jt)
+            continue
+        # A transposed B reads down its columns (unit stride in k); others likewise.
+        for j in range(w):
+            for k in range(kc):
+                bp[base + k * NR + j] = B[k0 + k, jt + j]
         for k in range(kc):
-            row = base + k * NR
-            for j in range(w):
-                bp[row + j] = B[k0 + k, jt + j]
             for j in range(w, NR):
-                bp[row + j] = _ZERO
+                bp[base + k * NR + j] = _ZERO
 
 
 @njit(**_OPTS)
@@ -216,6 +266,10 @@ def gemm(A, B, C):
     bp = np.empty(kc_max * ((nc_max + NR - 1) // NR) * NR, _F32)
     ap = np.empty(kc_max * MR, _F32)
     tile = np.empty((MR, NR), _F32)
+    # Rows of unit stride are read in place (packing A cost a third of a 512x2048x128
+    # block's time on AVX-512); a transposed A, and the ragged last rows, are packed.
+    direct = A.strides[1] == 4 and A.strides[0] % 4 == 0
+    lda = A.strides[0] // 4
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
         for j0 in range(0, N, nc_step):
@@ -224,14 +278,22 @@ def gemm(A, B, C):
             _pack_b(B, k0, kc, j0, nc, bp)
             for i0 in range(0, M, MR):
                 mr = min(MR, M - i0)
-                _pack_a(A, i0, mr, k0, kc, ap)
+                in_place = direct and mr == MR
+                if not in_place:
+                    _pack_a(A, i0, mr, k0, kc, ap)
                 for t in range(strips):
                     jt = j0 + t * NR
                     nr = min(NR, N - jt)
-                    if mr == MR and nr == NR:
-                        _micro_add(ap, bp, t * kc * NR, kc, C, i0, jt)
+                    if in_place and nr == NR:
+                        _micro_add_direct(A, i0 * lda + k0, lda, bp, t * kc * NR, kc, C, i0, jt)
+                    elif in_place:
+                        _micro_tile_direct(A, i0 * lda + k0, lda, bp, t * kc * NR, kc, tile,
+                                           0, 0)
+                    elif nr == NR and mr == MR:
+                        _micro_add(ap, 0, 0, bp, t * kc * NR, kc, C, i0, jt)
                     else:
-                        _micro_tile(ap, bp, t * kc * NR, kc, tile, 0, 0)
+                        _micro_tile(ap, 0, 0, bp, t * kc * NR, kc, tile, 0, 0)
+                    if nr < NR or mr < MR:      # through the scratch tile
                         for i in range(mr):
                             for j in range(nr):
                                 C[i0 + i, jt + j] += tile[i, j]

@@ -18,9 +18,10 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
-from .microkernel import gemm  # noqa: F401  (C += A·B of float32 blocks: gemm_)
+from . import microkernel
 
 #: Fast-math flags of every generated function: only ``nsz`` (the sign of a zero),
 #: so results follow IEEE as NumPy's do (README, "Non-finite
@@ -259,6 +260,31 @@ def silu64(x):
 @njit(error_model="numpy", cache=True)
 def exp64(x):
     return math.exp(x)
+
+
+@intrinsic
+def any_layout(typingctx, a):
+    """The array ``a`` itself, typed as of any layout ('A'): a view, no copy (an
+    array's data model is the same for every layout; only what Numba knows of its
+    strides differs)."""
+    if not isinstance(a, types.Array):
+        return None
+    sig = a.copy(layout="A")(a)
+
+    def codegen(context, builder, signature, args):
+        return impl_ret_borrowed(context, builder, signature.return_type, args[0])
+
+    return sig, codegen
+
+
+@njit(inline="always", error_model="numpy")
+def gemm(A, B, C):
+    """C += A·B of float32 blocks (:func:`.microkernel.gemm`), the operands passed as
+    arrays of any layout: one specialisation of the driver serves every call, where
+    each combination of layouts (a C block, a transposed one, a column slice) was a
+    compile of its own (~0.7 CPU s each, ``benchmarks/bench_compile.py``). The driver
+    reads the strides either way; inlined, this wrapper is not compiled by itself."""
+    microkernel.gemm(any_layout(A), any_layout(B), any_layout(C))
 
 
 @njit(error_model="numpy", cache=True)
