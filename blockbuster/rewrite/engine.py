@@ -192,8 +192,14 @@ def _compiled(rules: RuleSet) -> CompiledRules:
 class Engine:
     def __init__(self, rules: RuleSet, limits: Limits | None = None, *, hardware: Hardware,
                  step_check: Callable[[Step], None] | None = None, use_index: bool = True,
-                 budget: Budget | None = None):
+                 budget: Budget | None = None, check_each_step: bool = False):
         self.compiled = _compiled(rules)
+        self.rules = rules
+        # False: steps are not verified one by one; the result is, and a run whose
+        # result is ill-formed (or that fails) is run again checking every step, so
+        # the error names the rule that broke the program. Same steps, same result:
+        # a check never changes what applies. A per-step callback checks each step.
+        self.check_each_step = check_each_step or step_check is not None
         self.limits = limits or Limits()
         self.budget = budget            # shared with other runs; None: one per run
         if not isinstance(hardware, Hardware):
@@ -263,12 +269,29 @@ class Engine:
             if self.budget is not None:
                 budget.deadline = self.budget.deadline
             hit = Engine(only, self.limits, hardware=self.hardware,
-                         budget=budget).run(program).program
+                         budget=budget, check_each_step=self.check_each_step
+                         ).run(program).program
             self._lookahead[key] = hit
         return hit
 
     # -- the run -----------------------------------------------------------------
     def run(self, program: Program) -> FusionResult:
+        if self.check_each_step:
+            return self._run(program, check=True)
+        budget = self.budget
+        saved = None if budget is None else (budget.steps_left, budget.exhausted)
+        try:
+            result = self._run(program, check=False)
+            verify(result.program)
+            return result
+        except Exception:       # noqa: BLE001 -- rerun checked: the error names the rule
+            if budget is not None:
+                budget.steps_left, budget.exhausted = saved
+            return Engine(self.rules, self.limits, hardware=self.hardware,
+                          use_index=self.use_index, budget=budget,
+                          check_each_step=True).run(program)
+
+    def _run(self, program: Program, check: bool) -> FusionResult:
         start = time.perf_counter()
         original = program
         trace: list[Step] = []
@@ -300,9 +323,11 @@ class Engine:
                 if grown:
                     stop = grown
                     break
-                # After one full check, a rewrite step checks only the kernel it changed.
-                self._check(rule, new_program, program if verified else None, changed)
-                verified = True
+                if check:
+                    # After one full check, a rewrite step checks only the kernel it
+                    # changed.
+                    self._check(rule, new_program, program if verified else None, changed)
+                    verified = True
                 step = Step(len(trace) + 1, phase, rule.name, str(rule.loc), kernel_name,
                             before, after, program, new_program)
                 trace.append(step)
