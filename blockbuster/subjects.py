@@ -76,9 +76,10 @@ def _workload_subject(name: str, sizes: dict, blocks: dict) -> Subject:
 # --- program files --------------------------------------------------------------------------
 
 def _read_program(path: str) -> Program:
+    from .dsl.loader import read_text
     from .ir.parser import parse_program
     try:
-        text = Path(path).read_text()
+        text = read_text(Path(path))      # not UTF-8 or binary: FILE:LINE:COL, exit 2
     except OSError as err:
         raise UsageError(f"cannot read {path}: {err.strerror}") from None
     return parse_program(text, filename=path)

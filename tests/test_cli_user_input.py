@@ -1,0 +1,35 @@
+"""A new user's own files and odd command lines: every mistake is one clear line
+(``FILE:LINE:COL`` where there is a place to point at), exit status 2, no traceback,
+and nothing the user wrote is overwritten. In-process ``cli.main``: fast."""
+
+from __future__ import annotations
+
+import pytest
+
+from blockbuster import cli
+
+PROGRAM = """\
+program p
+dim N = 100 block 32
+input A[N]
+output Y[N]
+kernel Y for n in N:
+  Y[n] = exp(A[n])
+"""
+
+
+def _fails(argv, capsys, status=2) -> str:
+    assert cli.main(argv) == status
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err
+    return err
+
+
+def test_a_program_file_that_is_not_utf8_is_a_located_error(tmp_path, capsys):
+    path = tmp_path / "bad.bbp"
+    path.write_bytes(PROGRAM.encode().replace(b"exp", b"\xffxp"))
+    err = _fails(["run", str(path), "--backend", "reference"], capsys)
+    assert err.startswith(f"{path}:6:1: not a text file (invalid UTF-8")
+    path.write_bytes(b"program p\n\0\n")
+    err = _fails(["show", str(path)], capsys)
+    assert err.startswith(f"{path}:1:1: not a text file (it contains NUL bytes)")
