@@ -33,3 +33,18 @@ def test_a_program_file_that_is_not_utf8_is_a_located_error(tmp_path, capsys):
     path.write_bytes(b"program p\n\0\n")
     err = _fails(["show", str(path)], capsys)
     assert err.startswith(f"{path}:1:1: not a text file (it contains NUL bytes)")
+
+
+def test_a_number_out_of_float_range_is_a_located_error(tmp_path, capsys):
+    path = tmp_path / "big.bbp"
+    path.write_text(PROGRAM.replace("exp(A[n])", "mul(A[n], 1e999)"))
+    err = _fails(["run", str(path), "--backend", "reference"], capsys)
+    assert err.splitlines()[0] == (f"{path}:6:20: number 1e999 is out of the float range "
+                                   "(write inf or -inf for an infinity)")
+    rules = tmp_path / "big.bbr"
+    rules.write_text("rule r: mul(a, -2e400) => neg(a)\n")
+    err = _fails(["rules", "check", str(rules)], capsys)
+    assert err.startswith(f"{rules}:1:16: number -2e400 is out of the float range")
+    path.write_text(PROGRAM.replace("exp(A[n])", "mul(A[n], -inf)"))   # written inf: fine
+    assert cli.main(["show", str(path)]) == 0
+    assert "mul(A[n], -inf)" in capsys.readouterr().out

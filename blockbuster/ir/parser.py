@@ -58,7 +58,12 @@ class TermBuilder:
         if kind == "ref":
             return self.resolve_ref(str(ch[0]), ch[0])
         if kind == "number":
-            return E.const(parse_number(tree))
+            value = parse_number(tree)
+            if math.isinf(value) and tree.children[0].type != "INF":
+                # 1e999 would silently become inf: say so (inf is written `inf`).
+                raise self.error(tree.children[0], f"number {tree.children[0]} is out of "
+                                 "the float range (write inf or -inf for an infinity)")
+            return E.const(value)
         if kind == "load":
             return E.load(str(ch[0]), *(build_index(c) for c in ch[1:]))
         if kind == "pos":
