@@ -48,3 +48,11 @@ def test_a_number_out_of_float_range_is_a_located_error(tmp_path, capsys):
     path.write_text(PROGRAM.replace("exp(A[n])", "mul(A[n], -inf)"))   # written inf: fine
     assert cli.main(["show", str(path)]) == 0
     assert "mul(A[n], -inf)" in capsys.readouterr().out
+
+
+def test_a_program_without_outputs_is_refused(tmp_path, capsys):
+    path = tmp_path / "none.bbp"
+    path.write_text(PROGRAM.replace("output Y[N]", "array Y[N]"))
+    err = _fails(["run", str(path), "--backend", "reference"], capsys)
+    assert err == ("error: program p has no outputs (declare what it computes with "
+                   "`output NAME[...]`)\n")

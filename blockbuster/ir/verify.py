@@ -232,6 +232,9 @@ def verify(program: Program, allow_shadowing: bool = False,
     stray = [w for w in program.weights if w not in program.inputs]
     if stray:
         raise IRError(f"program {program.name}: weight {stray[0]} is not an input")
+    if not program.outputs:
+        raise IRError(f"program {program.name} has no outputs (declare what it computes "
+                      "with `output NAME[...]`)")
     overlap = set(program.inputs) & set(program.outputs)
     if overlap:
         raise IRError(f"program {program.name}: {sorted(overlap)[0]} is both an input and an output")
