@@ -56,3 +56,14 @@ def test_a_program_without_outputs_is_refused(tmp_path, capsys):
     err = _fails(["run", str(path), "--backend", "reference"], capsys)
     assert err == ("error: program p has no outputs (declare what it computes with "
                    "`output NAME[...]`)\n")
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n"])
+def test_a_rule_file_without_rules_is_refused(text, tmp_path, capsys):
+    path = tmp_path / "empty.bbr"
+    path.write_text(text)
+    for argv in (["rules", "check", str(path)], ["rules", "list", str(path)],
+                 ["run", "attention", "--size", "N=40", "--backend", "reference",
+                  "--rules", str(path)]):
+        err = _fails(argv, capsys)
+        assert err == f"{path}: no rules in this file (a rule set with no rules fuses nothing)\n"

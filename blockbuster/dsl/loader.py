@@ -332,6 +332,12 @@ def load_rules(*paths) -> RuleSet:
     loader = RuleFileLoader()
     for p in paths:
         loader.load_file(Path(p))
+    if paths and not loader.rules:
+        # An empty file (or one of comments) would fuse nothing, silently.
+        raise SourceError("no rules in this file (a rule set with no rules fuses nothing)"
+                          if len(paths) == 1 else
+                          "no rules in these files (a rule set with no rules fuses nothing)",
+                          ", ".join(str(p) for p in paths))
     return loader.result()
 
 
