@@ -67,3 +67,11 @@ def test_a_rule_file_without_rules_is_refused(text, tmp_path, capsys):
                   "--rules", str(path)]):
         err = _fails(argv, capsys)
         assert err == f"{path}: no rules in this file (a rule set with no rules fuses nothing)\n"
+
+
+def test_including_a_directory_says_so(tmp_path, capsys):
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "inc.bbr"
+    path.write_text('include "sub"\nrule r: neg(neg(a)) => a\n')
+    err = _fails(["rules", "list", str(path)], capsys)
+    assert err.splitlines()[0] == f"{path}:1:9: included sub is a directory, not a rule file"

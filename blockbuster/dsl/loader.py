@@ -189,6 +189,9 @@ class RuleFileLoader:
         shipped = shipped_rulesets_dir() / raw
         if shipped.is_file():
             return self.load_file(shipped)
+        if local.is_dir():
+            raise error_at(item.children[0], f"included {raw} is a directory, not a rule file",
+                           text, filename)
         raise error_at(item.children[0], f"included file not found: {raw}", text, filename)
 
     def _rule(self, item, text, filename, base):
