@@ -75,3 +75,13 @@ def test_including_a_directory_says_so(tmp_path, capsys):
     path.write_text('include "sub"\nrule r: neg(neg(a)) => a\n')
     err = _fails(["rules", "list", str(path)], capsys)
     assert err.splitlines()[0] == f"{path}:1:9: included sub is a directory, not a rule file"
+
+
+def test_verify_steps_says_what_it_verified(capsys):
+    assert cli.main(["run", "attention", "--size", "N=40", "--size", "D=8",
+                     "--backend", "reference", "--verify-steps"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines()
+             if ln.startswith("verified steps")]
+    assert len(lines) == 1
+    count = int(lines[0].split()[2])
+    assert count > 5 and "left the outputs unchanged" in lines[0]
