@@ -205,11 +205,15 @@ def _verify_small_copy(args, rules, limits, hardware) -> int:
     return verifier.checked
 
 
+#: What a DOT file written by ``--dot`` starts with: a rerun may replace such a file.
+DOT_PREFIX = "digraph blockbuster {"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_report, run_workload
     # Everything that can be refused is refused before any work starts.
     if args.dot:
-        check_output_path(args.dot, flag="--dot")
+        check_output_path(args.dot, flag="--dot", own_prefix=DOT_PREFIX)
     if args.emit_source not in (None, "-"):
         check_output_path(args.emit_source, allowed=(".py",), flag="--emit-source")
     sizes = parse_assignments(args.size, "--size")
@@ -235,7 +239,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.dot:
             from .ir.dot import to_dot
             write_new_file(args.dot, to_dot(("before fusion", fusion.original),
-                                            ("after fusion", fusion.program)))
+                                            ("after fusion", fusion.program)),
+                           own_prefix=DOT_PREFIX)
 
     def on_compiled(compiled):
         if args.emit_source is None:
@@ -344,6 +349,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .subjects import is_factory
     if not is_factory(args.workload):
         raise UsageError(f"{args.workload}: import takes module.py:factory")
+    if not args.output.endswith(".bbp"):
+        raise UsageError(f"-o {args.output}: the file name must end in .bbp (run and show "
+                         "recognise program files by it)")
     check_output_path(args.output, allowed=(".bbp",), flag="-o")
     if args.weights:
         check_output_path(args.weights, allowed=(".npz",), flag="--weights")

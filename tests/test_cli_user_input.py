@@ -85,3 +85,54 @@ def test_verify_steps_says_what_it_verified(capsys):
     assert len(lines) == 1
     count = int(lines[0].split()[2])
     assert count > 5 and "left the outputs unchanged" in lines[0]
+
+
+SMALL = ["attention", "--size", "N=40", "--size", "D=8", "--backend", "reference"]
+
+
+@pytest.mark.parametrize("flag,name", [("--dot", "prog.bbp"), ("--dot", "x.npz"),
+                                       ("--dot", "notes.txt"), ("--dot", "hand.dot"),
+                                       ("--emit-source", "x.npz")])
+def test_outputs_never_overwrite_a_users_file(flag, name, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text("mine\n")
+    err = _fails(["run", *SMALL, flag, name], capsys)
+    assert err == f"error: refusing to overwrite {flag} {name}: it exists; choose a new file name\n"
+    assert (tmp_path / name).read_text() == "mine\n"
+
+
+def test_the_dot_output_is_not_the_program_it_reads(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.bbp").write_text(PROGRAM)
+    _fails(["run", "p.bbp", "--backend", "reference", "--dot", "p.bbp"], capsys)
+    assert (tmp_path / "p.bbp").read_text() == PROGRAM
+
+
+def test_a_dot_file_of_an_earlier_run_is_replaced(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", *SMALL, "--dot", "a.dot"]) == 0
+    first = (tmp_path / "a.dot").read_text()
+    assert first.startswith(cli.DOT_PREFIX)
+    (tmp_path / "a.dot").write_text(first + "// stale\n")
+    assert cli.main(["run", *SMALL, "--dot", "a.dot"]) == 0
+    assert (tmp_path / "a.dot").read_text() == first
+
+
+@pytest.mark.parametrize("out,weights,fragment", [
+    ("model.txt", None, "-o model.txt: the file name must end in .bbp"),
+    ("model.npz", "model.npz", "-o model.npz: the file name must end in .bbp"),
+    ("mine.bbp", None, "refusing to overwrite -o mine.bbp: it exists"),
+    ("new.bbp", "mine.npz", "refusing to overwrite --weights mine.npz: it exists"),
+])
+def test_import_refuses_bad_or_existing_outputs(out, weights, fragment, tmp_path,
+                                                monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.py").write_text("def factory():\n    raise SystemExit('not reached')\n")
+    (tmp_path / "mine.bbp").write_text("mine\n")
+    (tmp_path / "mine.npz").write_text("mine\n")
+    argv = ["import", "f.py:factory", "-o", out] + (["--weights", weights] if weights else [])
+    err = _fails(argv, capsys)
+    assert err.startswith(f"error: {fragment}") and len(err.splitlines()) == 1
+    assert (tmp_path / "mine.bbp").read_text() == "mine\n"
+    assert (tmp_path / "mine.npz").read_text() == "mine\n"
+    assert not (tmp_path / "model.txt").exists() and not (tmp_path / "new.bbp").exists()
