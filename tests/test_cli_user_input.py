@@ -4,6 +4,7 @@ and nothing the user wrote is overwritten. In-process ``cli.main``: fast."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from blockbuster import cli
@@ -136,3 +137,22 @@ def test_import_refuses_bad_or_existing_outputs(out, weights, fragment, tmp_path
     assert (tmp_path / "mine.bbp").read_text() == "mine\n"
     assert (tmp_path / "mine.npz").read_text() == "mine\n"
     assert not (tmp_path / "model.txt").exists() and not (tmp_path / "new.bbp").exists()
+
+
+@pytest.mark.parametrize("make,fragment", [
+    (lambda p: np.save(p, np.zeros(3)), "not a NumPy .npz archive"),
+    (lambda p: p.write_text("rule r: neg(neg(a)) => a\n"), "not a NumPy .npz archive"),
+    (lambda p: np.savez(p, Q=np.array(["a", "b"])), "Q holds <U1 values, not real numbers"),
+    (lambda p: np.savez(p, Q=np.zeros((40, 8), complex)), "Q holds complex128 values"),
+])
+def test_inputs_that_are_not_arrays_of_numbers_are_refused(make, fragment, tmp_path, capsys):
+    path = tmp_path / "in.npz"
+    make(path)
+    if not path.exists():           # np.save added .npy
+        path = tmp_path / "in.npz.npy"
+    err = _fails(["run", *SMALL, "--inputs", str(path)], capsys)
+    assert err.startswith(f"error: --inputs {path}: {fragment}") and len(err.splitlines()) == 1
+
+
+def test_outputs_may_go_to_dev_null(capsys):
+    assert cli.main(["run", *SMALL, "--dot", "/dev/null"]) == 0
