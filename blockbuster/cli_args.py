@@ -89,7 +89,7 @@ def check_output_path(path: str, allowed: tuple = (), flag: str = "",
         raise UsageError(f"refusing to overwrite {what}: choose a new file name")
     if target.is_dir():
         raise UsageError(f"{what} is a directory, not a file name")
-    if target.exists() and not _is_own_output(target, own_prefix):
+    if target.is_file() and not _is_own_output(target, own_prefix):   # /dev/null is fine
         raise UsageError(f"refusing to overwrite {what}: it exists; choose a new file name")
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
