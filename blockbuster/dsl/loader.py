@@ -166,9 +166,9 @@ class RuleFileLoader:
             return                      # included twice (or a cycle): load once
         self._loaded.add(resolved)
         if path.is_dir():
-            raise SourceError(f"{display} is a directory, not a rule file", display)
+            raise SourceError("a directory, not a rule file", display)
         if not path.is_file():
-            raise SourceError(f"no such rule file: {display}", display)
+            raise SourceError("no such rule file", display)
         text = read_text(path)
         self.files.append(display)
         self.load_text(text, display, base=path.parent)
