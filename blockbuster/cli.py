@@ -500,9 +500,17 @@ COMMANDS: list[Callable] = [add_run, add_show, add_import, add_workloads, add_ba
                              add_rules]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with bad usage reported like every other bad input: one line,
+    ``error: ...``, exit status 2 (the full usage is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {_one_line(message)} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="blockbuster",
         description="Block-level AI operator fusion: build, fuse, cost, compile and "
                     "validate block programs.")

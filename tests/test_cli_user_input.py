@@ -156,3 +156,19 @@ def test_inputs_that_are_not_arrays_of_numbers_are_refused(make, fragment, tmp_p
 
 def test_outputs_may_go_to_dev_null(capsys):
     assert cli.main(["run", *SMALL, "--dot", "/dev/null"]) == 0
+
+
+@pytest.mark.parametrize("argv,line", [
+    ([], "error: the following arguments are required: COMMAND (usage: blockbuster --help)"),
+    (["run", "attention", "--seed", "-1"], "error: argument --seed: a seed is a non-negative "
+     "integer, got -1 (usage: blockbuster run --help)"),
+    (["rules", "check"], "error: the following arguments are required: FILE "
+     "(usage: blockbuster rules check --help)"),
+    (["run", "attention", "--tune", "bogus"], "error: argument --tune: invalid choice: 'bogus' "
+     "(choose from 'measure', 'model', 'off') (usage: blockbuster run --help)"),
+])
+def test_bad_usage_is_one_line_too(argv, line, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
