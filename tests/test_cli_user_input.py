@@ -172,3 +172,15 @@ def test_bad_usage_is_one_line_too(argv, line, capsys):
         cli.main(argv)
     assert info.value.code == 2
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_projecting_a_single_value_is_a_located_error(tmp_path, capsys):
+    rules = tmp_path / "tuple.bbr"
+    rules.write_text("rule tp: neg(a) => b.0 with b = neg(a)\n")
+    err = _fails(["rules", "check", str(rules)], capsys)
+    assert err.splitlines()[0] == (f"{rules}:1:22: '.0' picks an output of a multi-output "
+                                   "reduction, but neg(...) has one value")
+    path = tmp_path / "tuple.bbp"
+    path.write_text(PROGRAM.replace("exp(A[n])", "exp(A[n]).1"))
+    err = _fails(["show", str(path)], capsys)
+    assert err.startswith(f"{path}:6:20: '.1' picks an output")
