@@ -184,3 +184,13 @@ def test_projecting_a_single_value_is_a_located_error(tmp_path, capsys):
     path.write_text(PROGRAM.replace("exp(A[n])", "exp(A[n]).1"))
     err = _fails(["show", str(path)], capsys)
     assert err.startswith(f"{path}:6:20: '.1' picks an output")
+
+
+def test_a_limit_that_stopped_the_whole_run_is_reported_when_selection_takes_over():
+    """A growing rule stops the whole-program run at the depth limit; its result costs
+    more, so selection takes over: the report still names the limit."""
+    import blockbuster as bb
+    from blockbuster.dsl.loader import load_rules_text
+    rules = load_rules_text("rule grow: exp(a) => exp(add(a, 0.0))\n")
+    result = bb.fuse(bb.workload("attention", N=40, D=8), rules=rules)
+    assert "the whole-program run stopped: depth_limit after" in result.fallback
