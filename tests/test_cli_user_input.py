@@ -194,3 +194,38 @@ def test_a_limit_that_stopped_the_whole_run_is_reported_when_selection_takes_ove
     rules = load_rules_text("rule grow: exp(a) => exp(add(a, 0.0))\n")
     result = bb.fuse(bb.workload("attention", N=40, D=8), rules=rules)
     assert "the whole-program run stopped: depth_limit after" in result.fallback
+
+
+SHIFTED = """\
+program shifted
+dim H = 4 point
+dim G = {g} point
+dim N = 100 block 32
+input A[G, N]
+output Y[H, N]
+kernel Y for h in H, n in N:
+  Y[h, n] = add(A[h // 2, {index}], sum(j in N[ : n]: rowsum(outer(A[h // 2, j + 1], A[h // 2, n - j]))))
+"""
+
+
+@pytest.mark.parametrize("g,index,fragment", [
+    (2, "n + 1", "index n + 1 reads block 4 of N, which has 4 blocks (0..3), at n=3"),
+    (2, "n - 1", "index n - 1 reads block -1 of N, which has 4 blocks (0..3), at n=0"),
+    (1, "n", "index h // 2 reads block 1 of G, which has 1 block (0..0), at h=2"),
+])
+def test_a_block_index_past_its_dimension_is_refused(g, index, fragment, tmp_path, capsys):
+    """The backends do not check block indices (a read past the end takes another
+    block, or nothing): the verifier does, for every value of the loops."""
+    path = tmp_path / "shifted.bbp"
+    path.write_text(SHIFTED.format(g=g, index=index))
+    err = _fails(["show", str(path)], capsys)
+    assert err.startswith("error: kernel 'Y', store to Y: " + fragment), err
+
+
+def test_indices_that_stay_in_range_are_accepted(tmp_path, capsys):
+    """j + 1 and n - j under j in N[ : n], (k * 2 + 1) // 3 and k - k // 2: in range
+    for every value the loops take, though not by interval arithmetic alone."""
+    path = tmp_path / "ok.bbp"        # whole blocks: a block read elsewhere has Y's extent
+    path.write_text(SHIFTED.format(g=2, index="n - n // 2").replace("N = 100", "N = 128"))
+    assert cli.main(["run", str(path), "--backend", "reference"]) == 0
+    capsys.readouterr()
