@@ -311,9 +311,11 @@ def _tuned_for_show(args: argparse.Namespace, program, backend):
 def cmd_show(args: argparse.Namespace) -> int:
     import blockbuster
     program = build_program(args)
-    if args.backend and not args.fused:
-        raise UsageError("--backend: only with --fused (the unfused program is the "
-                         "same for every backend)")
+    for flag, given in (("--backend", args.backend), ("--tune", args.tune),
+                        ("--tune-seconds", args.tune_seconds)):
+        if given is not None and not args.fused:
+            raise UsageError(f"{flag}: only with --fused (the unfused program does not "
+                             "depend on it; --block sets its blocks)")
     header = ""
     if args.fused:
         backend = chosen_backend(args)

@@ -229,3 +229,11 @@ def test_indices_that_stay_in_range_are_accepted(tmp_path, capsys):
     path.write_text(SHIFTED.format(g=2, index="n - n // 2").replace("N = 100", "N = 128"))
     assert cli.main(["run", str(path), "--backend", "reference"]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("flags", [["--backend", "reference"], ["--tune", "model"],
+                                   ["--tune-seconds", "3"]])
+def test_show_fusion_flags_without_fused_are_refused(flags, capsys):
+    err = _fails(["show", "attention", *flags], capsys)
+    assert err == (f"error: {flags[0]}: only with --fused (the unfused program does not "
+                   "depend on it; --block sets its blocks)\n")
