@@ -45,8 +45,8 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
     """Rewrite ``program`` with the fusion rules; returns a ``FusionResult``
     (``program``, ``trace``, ``stop_reason``, ``seconds``).
 
-    ``rules``: a RuleSet (``blockbuster.load_rules(path)``), default the shipped
-    default rules; ``limits``: ``blockbuster.Limits``; ``verify_steps``: re-run the
+    ``rules``: a RuleSet (``blockbuster.load_rules(path)``) or rule file path(s),
+    default the shipped default rules; ``limits``: ``blockbuster.Limits``; ``verify_steps``: re-run the
     reference interpreter after every step and raise at the first step that changes
     the outputs (use small sizes: the interpreter is slow). A program too large to be
     one fusion candidate is fused by candidate selection (``result.pieces`` lists the
@@ -61,10 +61,9 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
     (``fuse(p, hardware="numba")``): the same program may fuse differently on another.
     """
     from .select.selection import fuse_program
+    _check_program(program, "fuse")
     hardware = resolve_hardware(hardware)
-    if rules is None:
-        from .dsl.loader import default_rules
-        rules = default_rules()
+    rules = _rule_set(rules)
     if verify_steps:
         from .checks.verify_steps import StepVerifier
         step_check = StepVerifier(program)
@@ -76,6 +75,32 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
         remember(result.program, fused_origin(made, fuser(rules, hardware, limits),
                                               rules, hardware))
     return result
+
+
+def _check_program(program, what: str) -> None:
+    from .ir.program import Program
+    if not isinstance(program, Program):
+        raise UsageError(f"{what}: expected a block program (blockbuster.workload(...), "
+                         f"parse_program(text), GraphBuilder.build(...)), got "
+                         f"{type(program).__name__}")
+
+
+def _rule_set(rules):
+    """A RuleSet from what ``fuse`` accepts: None (the default rules), a RuleSet, or
+    one or more rule file paths (as ``torch.compile``'s ``rules`` option)."""
+    import os
+    from .dsl.ast import RuleSet
+    from .dsl.loader import default_rules, load_rules
+    if rules is None:
+        return default_rules()
+    if isinstance(rules, RuleSet):
+        return rules
+    paths = [rules] if isinstance(rules, (str, os.PathLike)) else rules
+    if (isinstance(paths, (list, tuple)) and paths
+            and all(isinstance(r, (str, os.PathLike)) for r in paths)):
+        return load_rules(*paths)
+    raise UsageError(f"rules: expected a RuleSet (blockbuster.load_rules(path)) or rule "
+                     f"file paths, got {type(rules).__name__}")
 
 
 def from_torch(fn, *example_inputs, weights="bind", blocks=None, name=None):
@@ -132,6 +157,7 @@ def compile(program, backend="reference", tune=None, **options):  # noqa: A001 -
     disk): ``compiled.program`` then has those blocks. Other programs are compiled
     as they are.
     """
+    _check_program(program, "compile")
     if isinstance(backend, str):
         from .backends.registry import get_backend
         backend = get_backend(backend)

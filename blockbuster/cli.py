@@ -205,11 +205,15 @@ def _verify_small_copy(args, rules, limits, hardware) -> int:
     return verifier.checked
 
 
+#: What a DOT file written by ``--dot`` starts with: a rerun may replace such a file.
+DOT_PREFIX = "digraph blockbuster {"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_report, run_workload
     # Everything that can be refused is refused before any work starts.
     if args.dot:
-        check_output_path(args.dot, flag="--dot")
+        check_output_path(args.dot, flag="--dot", own_prefix=DOT_PREFIX)
     if args.emit_source not in (None, "-"):
         check_output_path(args.emit_source, allowed=(".py",), flag="--emit-source")
     sizes = parse_assignments(args.size, "--size")
@@ -235,7 +239,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.dot:
             from .ir.dot import to_dot
             write_new_file(args.dot, to_dot(("before fusion", fusion.original),
-                                            ("after fusion", fusion.program)))
+                                            ("after fusion", fusion.program)),
+                           own_prefix=DOT_PREFIX)
 
     def on_compiled(compiled):
         if args.emit_source is None:
@@ -306,9 +311,11 @@ def _tuned_for_show(args: argparse.Namespace, program, backend):
 def cmd_show(args: argparse.Namespace) -> int:
     import blockbuster
     program = build_program(args)
-    if args.backend and not args.fused:
-        raise UsageError("--backend: only with --fused (the unfused program is the "
-                         "same for every backend)")
+    for flag, given in (("--backend", args.backend), ("--tune", args.tune),
+                        ("--tune-seconds", args.tune_seconds)):
+        if given is not None and not args.fused:
+            raise UsageError(f"{flag}: only with --fused (the unfused program does not "
+                             "depend on it; --block sets its blocks)")
     header = ""
     if args.fused:
         backend = chosen_backend(args)
@@ -344,6 +351,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .subjects import is_factory
     if not is_factory(args.workload):
         raise UsageError(f"{args.workload}: import takes module.py:factory")
+    if not args.output.endswith(".bbp"):
+        raise UsageError(f"-o {args.output}: the file name must end in .bbp (run and show "
+                         "recognise program files by it)")
     check_output_path(args.output, allowed=(".bbp",), flag="-o")
     if args.weights:
         check_output_path(args.weights, allowed=(".npz",), flag="--weights")
@@ -492,9 +502,17 @@ COMMANDS: list[Callable] = [add_run, add_show, add_import, add_workloads, add_ba
                              add_rules]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with bad usage reported like every other bad input: one line,
+    ``error: ...``, exit status 2 (the full usage is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {_one_line(message)} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="blockbuster",
         description="Block-level AI operator fusion: build, fuse, cost, compile and "
                     "validate block programs.")

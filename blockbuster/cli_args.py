@@ -62,18 +62,35 @@ def seconds_arg(text: str) -> float:
     return value
 
 
-def check_output_path(path: str, allowed: tuple = (), flag: str = "") -> None:
+def _is_own_output(target, own_prefix: str | None) -> bool:
+    """``target`` starts with ``own_prefix``: an earlier output of the same kind, which
+    a rerun may replace (``--dot attention.dot`` twice)."""
+    if not own_prefix:
+        return False
+    try:
+        with open(target, "rb") as f:
+            return f.read(len(own_prefix.encode())) == own_prefix.encode()
+    except OSError:
+        return False
+
+
+def check_output_path(path: str, allowed: tuple = (), flag: str = "",
+                      own_prefix: str | None = None) -> None:
     """Refuse, before any work is done, an output file that ``write_new_file`` would
-    refuse or could not write: a protected name, a directory, a missing or read-only
-    folder."""
+    refuse or could not write: a protected name, an existing file that is not an
+    earlier output of the same kind (``own_prefix``: what such an output starts
+    with; without it no existing file is replaced), a directory, a missing or
+    read-only folder."""
     from pathlib import Path
     target = Path(path)
     what = f"{flag} {path}" if flag else path
     protected = {".bbr", ".lark", ".py"} - set(allowed)
-    if target.suffix in protected or (target.suffix in allowed and target.exists()):
+    if target.suffix in protected:
         raise UsageError(f"refusing to overwrite {what}: choose a new file name")
     if target.is_dir():
         raise UsageError(f"{what} is a directory, not a file name")
+    if target.is_file() and not _is_own_output(target, own_prefix):   # /dev/null is fine
+        raise UsageError(f"refusing to overwrite {what}: it exists; choose a new file name")
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise UsageError(f"cannot write {what}: no such directory {folder}")
@@ -81,12 +98,13 @@ def check_output_path(path: str, allowed: tuple = (), flag: str = "") -> None:
         raise UsageError(f"cannot write {what}: permission denied")
 
 
-def write_new_file(path: str, text: str, allowed: tuple = ()) -> None:
-    """Write an output file; never overwrite a rule file, a grammar or a program the
-    user wrote by mistake."""
+def write_new_file(path: str, text: str, allowed: tuple = (),
+                   own_prefix: str | None = None) -> None:
+    """Write an output file; never overwrite a file the user has (a rule file, a
+    program, inputs, notes), only an earlier output of the same kind (``own_prefix``)."""
     from pathlib import Path
     target = Path(path)
-    check_output_path(path, allowed)
+    check_output_path(path, allowed, own_prefix=own_prefix)
     try:
         target.write_text(text)
     except OSError as err:

@@ -247,6 +247,10 @@ def format_report(r: dict[str, Any]) -> str:
         rules = ", ".join(f"{name}×{n}" for name, n in piece["rules"].items()) or "no rules"
         lines.append(f"  piece         {len(piece['kernels'])} kernels ({piece['kernels'][0]}.."
                      f"{piece['kernels'][-1]}) -> {', '.join(piece['fused_kernels'])}: {rules}")
+    if r.get("verified_steps") is not None:
+        n = r["verified_steps"]
+        lines.append(f"verified steps  {n} step{'' if n == 1 else 's'} of fusing a small ragged "
+                     "copy, each left the outputs unchanged (reference interpreter, float64)")
     if not after["fits"]:
         lines.append("warning         the fused program does not fit the local tier")
     verdict = "passed" if v["passed"] else "FAILED"

@@ -76,9 +76,10 @@ def _workload_subject(name: str, sizes: dict, blocks: dict) -> Subject:
 # --- program files --------------------------------------------------------------------------
 
 def _read_program(path: str) -> Program:
+    from .dsl.loader import read_text
     from .ir.parser import parse_program
     try:
-        text = Path(path).read_text()
+        text = read_text(Path(path))      # not UTF-8 or binary: FILE:LINE:COL, exit 2
     except OSError as err:
         raise UsageError(f"cannot read {path}: {err.strerror}") from None
     return parse_program(text, filename=path)
@@ -217,11 +218,23 @@ def _eager(model, args, dtype) -> list:
 # --- --inputs FILE.npz ------------------------------------------------------------------------
 
 def _inputs_from(path: str, subject: Subject):
+    not_npz = UsageError(f"--inputs {path}: not a NumPy .npz archive of arrays by name "
+                         "(numpy.savez writes one)")
     try:
-        with np.load(path) as data:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        raise not_npz from None
+    if not isinstance(data, np.lib.npyio.NpzFile):     # a .npy array, say
+        raise not_npz
+    try:
+        with data:
             given = {k: np.asarray(data[k]) for k in data.files}
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError) as err:
         raise UsageError(f"--inputs {path}: {err}") from None
+    for name, value in given.items():
+        if value.dtype.kind not in "biuf":
+            raise UsageError(f"--inputs {path}: {name} holds {value.dtype} values, not "
+                             "real numbers")
     program = subject.program
     unknown = sorted(set(given) - set(program.inputs))
     if unknown:

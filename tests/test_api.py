@@ -63,3 +63,19 @@ def test_compile_accepts_a_backend_object():
 def test_compile_unknown_backend():
     with pytest.raises(bb.BackendError, match="unknown backend 'nope'"):
         bb.compile(bb.workload("attention", N=10), backend="nope")
+
+
+def test_fuse_takes_rule_file_paths_and_refuses_what_is_not_a_program(tmp_path):
+    """As torch.compile's ``rules`` option: a path (or paths) to rule files."""
+    import blockbuster as bb
+    path = tmp_path / "mine.bbr"
+    path.write_text('include "default.bbr"\n')
+    program = bb.workload("attention", N=40, D=8)
+    by_path = bb.fuse(program, rules=str(path))
+    assert len(by_path.program.kernels) == len(bb.fuse(program).program.kernels) == 1
+    assert len(bb.fuse(program, rules=[path]).program.kernels) == 1
+    with pytest.raises(bb.UsageError, match="rules: expected a RuleSet"):
+        bb.fuse(program, rules=3)
+    for call in (bb.fuse, bb.compile):
+        with pytest.raises(bb.UsageError, match="expected a block program"):
+            call("attention")

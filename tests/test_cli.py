@@ -128,7 +128,8 @@ def test_bad_input_exits_2_with_one_line(args, fragment):
 def test_argparse_usage_errors_exit_2(args):
     r = bb(*args)
     assert r.returncode == 2
-    assert "usage:" in r.stderr and "error:" in r.stderr
+    assert r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1
+    assert "(usage: blockbuster" in r.stderr
     assert "Traceback" not in r.stderr
 
 

@@ -188,7 +188,9 @@ class Backend:
     **options)`` returns a :data:`Runner`. ``lowered_ops``/``lowered_combiners``: the
     registry entries (``blockbuster.ir.ops.OPS``, ``blockbuster.ir.combiners.COMBINERS``)
     this backend has a lowering for, read from the backend's own lowering table; the
-    conformance suite requires all of them.
+    conformance suite requires all of them. A backend whose run times say nothing
+    about ``hardware`` (an emulator of it) defines ``timings_meaningful = False``:
+    measured block tuning then ranks by the cost model alone.
     """
 
     name: str

@@ -166,9 +166,9 @@ class RuleFileLoader:
             return                      # included twice (or a cycle): load once
         self._loaded.add(resolved)
         if path.is_dir():
-            raise SourceError(f"{display} is a directory, not a rule file", display)
+            raise SourceError("a directory, not a rule file", display)
         if not path.is_file():
-            raise SourceError(f"no such rule file: {display}", display)
+            raise SourceError("no such rule file", display)
         text = read_text(path)
         self.files.append(display)
         self.load_text(text, display, base=path.parent)
@@ -189,6 +189,9 @@ class RuleFileLoader:
         shipped = shipped_rulesets_dir() / raw
         if shipped.is_file():
             return self.load_file(shipped)
+        if local.is_dir():
+            raise error_at(item.children[0], f"included {raw} is a directory, not a rule file",
+                           text, filename)
         raise error_at(item.children[0], f"included file not found: {raw}", text, filename)
 
     def _rule(self, item, text, filename, base):
@@ -332,6 +335,12 @@ def load_rules(*paths) -> RuleSet:
     loader = RuleFileLoader()
     for p in paths:
         loader.load_file(Path(p))
+    if paths and not loader.rules:
+        # An empty file (or one of comments) would fuse nothing, silently.
+        raise SourceError("no rules in this file (a rule set with no rules fuses nothing)"
+                          if len(paths) == 1 else
+                          "no rules in these files (a rule set with no rules fuses nothing)",
+                          ", ".join(str(p) for p in paths))
     return loader.result()
 
 

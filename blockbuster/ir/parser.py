@@ -30,6 +30,11 @@ def build_index(tree) -> object:
     return IBin(op, build_index(tree.children[0]), build_index(tree.children[1]))
 
 
+#: Nodes that may have several outputs (``t.0``, ``t.1``): a reduction with several
+#: bodies, or what is not known yet (a rule's pattern variable, a map or proj of one).
+_MAY_BE_TUPLE = frozenset({"reduce", "map", "pvar", "proj", "get"})
+
+
 def parse_number(tree) -> float:
     tok = tree.children[0]
     text = str(tok)
@@ -58,13 +63,22 @@ class TermBuilder:
         if kind == "ref":
             return self.resolve_ref(str(ch[0]), ch[0])
         if kind == "number":
-            return E.const(parse_number(tree))
+            value = parse_number(tree)
+            if math.isinf(value) and tree.children[0].type != "INF":
+                # 1e999 would silently become inf: say so (inf is written `inf`).
+                raise self.error(tree.children[0], f"number {tree.children[0]} is out of "
+                                 "the float range (write inf or -inf for an infinity)")
+            return E.const(value)
         if kind == "load":
             return E.load(str(ch[0]), *(build_index(c) for c in ch[1:]))
         if kind == "pos":
             return E.pos(str(ch[0]), build_index(ch[1]))
         if kind == "proj":
-            return E.proj(self.build(ch[0]), int(ch[1]))
+            base = self.build(ch[0])
+            if base.op not in _MAY_BE_TUPLE:     # an operator: always one value
+                raise self.error(ch[1], f"'.{ch[1]}' picks an output of a multi-output "
+                                 f"reduction, but {base.op}(...) has one value")
+            return E.proj(base, int(ch[1]))
         if kind == "call":
             return self.build_call(tree, str(ch[0]), [c for c in ch[1:] if c is not None])
         if kind == "binder":

@@ -3,7 +3,8 @@
 A run applies the schedule's phases in order. Within a phase it repeatedly takes
 the first applicable rule application — kernels in program order, nodes children
 first, rules in phase order — applies it, and records a :class:`Step`, until
-nothing applies (``saturated``) or a limit stops it (``step_limit``, ``node_limit``,
+nothing applies (``saturated``; ``cycle`` when a phase was ended because its next step
+would return to an earlier state of the phase) or a limit stops it (``step_limit``, ``node_limit``,
 ``depth_limit``, ``time_limit``). A step that would grow the program past the node or
 depth limit is not applied: the result always stays within the limits, so a rule
 that grows terms forever ends with a stop reason, never a RecursionError downstream.
@@ -72,12 +73,15 @@ class Budget:
 STOP_MESSAGES = {
     "saturated": "no rule applies any more",
     "step_limit": "stopped after the maximum number of rule applications; the rule set "
-                  "may not terminate on its own (e.g. a commutativity rule)",
+                  "may not terminate on its own",
     "node_limit": "stopped because the next step would grow the program past the node "
                   "limit",
     "depth_limit": "stopped because the next step would nest an expression deeper than "
                    "the depth limit (a rule that grows terms?)",
     "time_limit": "stopped at the time limit",
+    "cycle": "a phase was ended where its next step would return the program to an "
+             "earlier state: its rules would loop forever (a commutativity rule, or two "
+             "rules undoing each other)",
 }
 
 
@@ -299,8 +303,12 @@ class Engine:
         budget = self.budget if self.budget is not None else Budget(limits)
         verified = False            # ``program`` has passed a full ``verify``
         stop = "saturated"
+        cycled = False
         for phase in self.compiled.rules.schedule:
             index, actions = self.compiled.by_phase[phase]
+            # Rule choice is deterministic: a state seen before in this phase would
+            # repeat the steps since then forever.
+            seen = {program}
             while True:
                 if budget.check():
                     stop = budget.exhausted
@@ -323,6 +331,10 @@ class Engine:
                 if grown:
                     stop = grown
                     break
+                if new_program in seen:
+                    cycled = True       # this phase ends; the next ones still run
+                    break
+                seen.add(new_program)
                 if check:
                     # After one full check, a rewrite step checks only the kernel it
                     # changed.
@@ -337,6 +349,8 @@ class Engine:
                 program = new_program
             if stop != "saturated":
                 break
+        if cycled and stop == "saturated":
+            stop = "cycle"
         # Steps may shadow a binder (see ``verify``); the result has one name per scope.
         program = unshadow_program(program)
         return FusionResult(program, tuple(trace), stop, time.perf_counter() - start, original)

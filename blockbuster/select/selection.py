@@ -420,9 +420,14 @@ def _fuse_program(program, rules, limits, hardware, step_check, max_kernels, pro
             return whole
         selected = Selector(rules, hardware, limits, max_kernels, progress).select(
             program, budget)
+        # A limit that stopped the whole-program run explains a lot (a rule that grows
+        # terms): the selection's own trace would hide it.
+        stopped = ("" if whole.stop_reason == "saturated" else
+                   f"; the whole-program run stopped: {whole.stop_reason} after "
+                   f"{len(whole.trace)} steps")
         return _never_worse(attrs.evolve(selected, fallback=(
             "fusing the whole program did not pay (cost-model objective or per-call bytes "
-            "grew): kept only the pieces whose fusion pays")), program, hardware)
+            f"grew{stopped}): kept only the pieces whose fusion pays")), program, hardware)
     selected = Selector(rules, hardware, limits, max_kernels, progress).select(program)
     return _never_worse(selected, program, hardware)
 

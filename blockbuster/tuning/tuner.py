@@ -161,6 +161,10 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
     """Choose the blocks of ``tunable``'s dimensions for ``backend`` (see the module doc)."""
     start = clock()
     initial = {d: min(b, tunable.sizes[d]) for d, b in tunable.initial.items()}
+    if mode == "measure" and not getattr(backend, "timings_meaningful", True):
+        # An emulation of the machine fused for (Triton's interpreter for a GPU): its
+        # times would choose blocks for the emulator. The cost model decides alone.
+        mode = "model"
     if mode == "off" or not tunable.sizes:
         return Tuned(initial, mode, "initial", 0.0)
     hardware = backend.hardware

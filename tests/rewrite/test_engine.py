@@ -28,8 +28,8 @@ kernel k for i in M, j in N:
 """
 
 
-def test_commutativity_stops_at_the_step_limit_with_a_clear_reason():
-    rules = load_rules_text("rule comm: add(a, b) => add(b, a)\n")
+def test_a_rule_that_never_ends_stops_at_the_step_limit_with_a_clear_reason():
+    rules = load_rules_text("rule grow: exp(a) => exp(neg(neg(a)))\n")
     result = fuse(parse_program(SMALL), rules, Limits(max_steps=25))
     assert result.stop_reason == "step_limit"
     assert len(result.trace) == 25
@@ -118,3 +118,26 @@ def test_fusion_preserves_outputs(name, sizes):
     after = run_program(fused, inputs, dtype=np.float64)
     for out in program.outputs:
         np.testing.assert_allclose(after[out], before[out], rtol=1e-9, atol=1e-9)
+
+
+def test_rules_that_undo_each_other_end_their_phase_with_the_reason():
+    """Rule choice is deterministic, so a step back to an earlier state of the phase
+    would loop forever: the phase ends there (no 50,000 steps), the later phases still
+    run, and the stop reason says why."""
+    import blockbuster as bb
+    from blockbuster.dsl.loader import load_rules_text
+    program = bb.workload("layernorm_matmul", M=40, K=24, N=16)
+    diff = parse_program("program d\ndim N = 20 block 8\ninput A[N]\ninput B[N]\n"
+                         "output Y[N]\nkernel Y for n in N:\n  Y[n] = add(A[n], neg(B[n]))\n")
+    for text, subject in (("rule comm: add(a, b) => add(b, a)\n", program),
+                          ("rule to_sub: add(a, neg(b)) => sub(a, b)\n"
+                           "rule to_add: sub(a, b) => add(a, neg(b))\n", diff)):
+        result = bb.fuse(subject, rules=load_rules_text(text))
+        assert result.stop_reason == "cycle" and 1 <= len(result.trace) <= 4
+        assert "loop forever" in result.message
+    mixed = load_rules_text('include "default.bbr"\nrule comm: add(a, b) => add(b, a)\n'
+                            'phase tidy: comm\nschedule: tidy, fuse, algebra, safety, merge, '
+                            'cancel, hold, interchange, prepare\n')
+    result = bb.fuse(program, rules=mixed)
+    assert result.stop_reason == "cycle"
+    assert len(result.program.kernels) < len(program.kernels)     # fusion went on

@@ -165,3 +165,16 @@ def test_attention_with_logits_of_1e4_stays_finite_fused():
         got, _, _ = run_imported(attend, q, k, v, fuse=True, backend=backend)
         assert np.isfinite(got[0]).all()
         assert max_rel_error(got[0], want) < 1e-4
+
+
+def test_importing_shows_the_user_none_of_torchs_deprecation_warnings():
+    """torch.export's own FutureWarnings (its pytree internals) are not the user's to
+    act on: capture and decomposition stay quiet."""
+    import warnings
+
+    import blockbuster as bb
+    model = torch.nn.Sequential(torch.nn.LayerNorm(32), torch.nn.Linear(32, 16))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bb.from_torch(model.eval(), torch.randn(1, 20, 32))
+    assert not [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]

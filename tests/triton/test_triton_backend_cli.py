@@ -85,3 +85,20 @@ def test_run_emits_the_triton_source_and_reports_for_the_gpu(capsys):
     assert "@triton.jit" in out and "tl.dot(" in out and "def run(buffers):" in out
     assert re.search(r"^hardware +h100-sxm ", out, re.MULTILINE), out
     assert re.search(r"^validation +passed", out, re.MULTILINE), out
+
+
+def test_measured_tuning_does_not_time_the_interpreter(capsys, monkeypatch, tmp_path):
+    """Times under the interpreter say nothing about the GPU fused for: measure ranks
+    by the cost model there (and nothing is compiled to be timed)."""
+    import json
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path))
+    status = cli.main(["run", "attention", "--backend", "triton", "--size", "N=40",
+                       "--size", "D=16", "--tune", "measure", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0 and report["validation"]["passed"]
+    tuning = report["tuning"]
+    if ENVIRONMENT.mode == "gpu":
+        assert tuning["source"] in ("measure", "model", "initial")
+    else:
+        assert tuning["source"] in ("model", "initial")
+        assert all(c["measured_s"] is None for c in tuning["candidates"])

@@ -149,3 +149,33 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         assert len(kernels) == len(program.kernels)
         assert all(k["ok"] for k in kernels), kernels
         assert all(0 <= k["shared"] <= GPUS["h100"].local_capacity_bytes for k in kernels)
+
+
+ROW_NORMALISED_MATMUL = """
+program rownorm_matmul
+dim M = 21 block 16
+dim K = 19 block 16
+dim N = 17 block 16
+input X[M, K]
+input W[K, N]
+output Y[M, N]
+kernel Y for m in M, n in N:
+  let t = sum(k in K: rowsum(X[m, k]), dot(X[m, k], W[k, n]))
+  Y[m, n] = rowscale(recip(t.0), t.1)
+"""
+
+
+def test_padded_lanes_raise_no_numpy_warnings(triton_backend, rng):
+    """Ragged blocks: the padded rows' sums are 0 and their reciprocals inf (masked
+    off at the store); the interpreter must not warn the user about them."""
+    import warnings
+    program = parse_program(ROW_NORMALISED_MATMUL)
+    x = rng.uniform(0.5, 1.5, (21, 19)).astype(np.float32)
+    w = rng.standard_normal((19, 17)).astype(np.float32)
+    run = triton_backend.compile(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = run(X=x, W=w)["Y"]
+    xd = x.astype(np.float64)
+    want = (xd / xd.sum(axis=1, keepdims=True)) @ w
+    assert np.max(np.abs(y - want)) / np.max(np.abs(want)) < 1e-5

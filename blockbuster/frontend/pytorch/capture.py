@@ -49,10 +49,10 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             ep = _export(torch, module, tuple(example_inputs), strict)
-        table = torch.export.default_decompositions()
-        for op in kept_ops(torch):
-            table.pop(op, None)
-        return ep.run_decompositions(table)
+            table = torch.export.default_decompositions()
+            for op in kept_ops(torch):
+                table.pop(op, None)
+            return ep.run_decompositions(table)
     except ImportError_:
         raise
     except Exception as exc:

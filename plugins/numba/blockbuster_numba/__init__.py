@@ -86,7 +86,8 @@ def make_backend(hardware: Hardware | None = None) -> NumbaBackend:
     hw = cpu_hardware() if hardware is None else hardware
     return NumbaBackend(
         name="numba",
-        description=f"Numba JIT for the CPU: generated prange kernels, np.dot on blocks "
+        description=f"Numba JIT for the CPU: generated kernels on threads, a gemm micro-kernel "
+                    f"for block matmuls "
                     f"({describe(hw)})",
         compile_fn=functools.partial(compile_program, hardware=hw),
         hardware=hw,

@@ -79,7 +79,7 @@ PANEL_BYTES = _cache_bytes(2, 512 << 10) // 2
 
 #: Names the generated module's header (the values differ per CPU, the hash per edit).
 SIGNATURE = (f"gemm micro-kernel {MR}x{NR} (vector {VW}), panels KC={KC} B panel {PANEL_BYTES} B, "
-             f"{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}")
+             f"microkernel.py sha256 {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}")
 
 
 def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):

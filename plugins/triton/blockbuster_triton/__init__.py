@@ -50,6 +50,12 @@ class TritonCompiledProgram(CompiledProgram):
 
 @attrs.frozen(kw_only=True, eq=False)
 class TritonBackend(Backend):
+    @property
+    def timings_meaningful(self) -> bool:
+        """Times measured here describe the GPU fused for only when the kernels run on
+        it: under the interpreter, measured tuning ranks by the cost model alone."""
+        return ENVIRONMENT.mode == "gpu"
+
     def compile(self, program: Program, **options) -> TritonCompiledProgram:
         from .compiler import compile_module
         start = time.perf_counter()

@@ -1,0 +1,239 @@
+"""A new user's own files and odd command lines: every mistake is one clear line
+(``FILE:LINE:COL`` where there is a place to point at), exit status 2, no traceback,
+and nothing the user wrote is overwritten. In-process ``cli.main``: fast."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from blockbuster import cli
+
+PROGRAM = """\
+program p
+dim N = 100 block 32
+input A[N]
+output Y[N]
+kernel Y for n in N:
+  Y[n] = exp(A[n])
+"""
+
+
+def _fails(argv, capsys, status=2) -> str:
+    assert cli.main(argv) == status
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err
+    return err
+
+
+def test_a_program_file_that_is_not_utf8_is_a_located_error(tmp_path, capsys):
+    path = tmp_path / "bad.bbp"
+    path.write_bytes(PROGRAM.encode().replace(b"exp", b"\xffxp"))
+    err = _fails(["run", str(path), "--backend", "reference"], capsys)
+    assert err.startswith(f"{path}:6:1: not a text file (invalid UTF-8")
+    path.write_bytes(b"program p\n\0\n")
+    err = _fails(["show", str(path)], capsys)
+    assert err.startswith(f"{path}:1:1: not a text file (it contains NUL bytes)")
+
+
+def test_a_number_out_of_float_range_is_a_located_error(tmp_path, capsys):
+    path = tmp_path / "big.bbp"
+    path.write_text(PROGRAM.replace("exp(A[n])", "mul(A[n], 1e999)"))
+    err = _fails(["run", str(path), "--backend", "reference"], capsys)
+    assert err.splitlines()[0] == (f"{path}:6:20: number 1e999 is out of the float range "
+                                   "(write inf or -inf for an infinity)")
+    rules = tmp_path / "big.bbr"
+    rules.write_text("rule r: mul(a, -2e400) => neg(a)\n")
+    err = _fails(["rules", "check", str(rules)], capsys)
+    assert err.startswith(f"{rules}:1:16: number -2e400 is out of the float range")
+    path.write_text(PROGRAM.replace("exp(A[n])", "mul(A[n], -inf)"))   # written inf: fine
+    assert cli.main(["show", str(path)]) == 0
+    assert "mul(A[n], -inf)" in capsys.readouterr().out
+
+
+def test_a_program_without_outputs_is_refused(tmp_path, capsys):
+    path = tmp_path / "none.bbp"
+    path.write_text(PROGRAM.replace("output Y[N]", "array Y[N]"))
+    err = _fails(["run", str(path), "--backend", "reference"], capsys)
+    assert err == ("error: program p has no outputs (declare what it computes with "
+                   "`output NAME[...]`)\n")
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n"])
+def test_a_rule_file_without_rules_is_refused(text, tmp_path, capsys):
+    path = tmp_path / "empty.bbr"
+    path.write_text(text)
+    for argv in (["rules", "check", str(path)], ["rules", "list", str(path)],
+                 ["run", "attention", "--size", "N=40", "--backend", "reference",
+                  "--rules", str(path)]):
+        err = _fails(argv, capsys)
+        assert err == f"{path}: no rules in this file (a rule set with no rules fuses nothing)\n"
+
+
+def test_including_a_directory_says_so(tmp_path, capsys):
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "inc.bbr"
+    path.write_text('include "sub"\nrule r: neg(neg(a)) => a\n')
+    err = _fails(["rules", "list", str(path)], capsys)
+    assert err.splitlines()[0] == f"{path}:1:9: included sub is a directory, not a rule file"
+
+
+def test_verify_steps_says_what_it_verified(capsys):
+    assert cli.main(["run", "attention", "--size", "N=40", "--size", "D=8",
+                     "--backend", "reference", "--verify-steps"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines()
+             if ln.startswith("verified steps")]
+    assert len(lines) == 1
+    count = int(lines[0].split()[2])
+    assert count > 5 and "left the outputs unchanged" in lines[0]
+
+
+SMALL = ["attention", "--size", "N=40", "--size", "D=8", "--backend", "reference"]
+
+
+@pytest.mark.parametrize("flag,name", [("--dot", "prog.bbp"), ("--dot", "x.npz"),
+                                       ("--dot", "notes.txt"), ("--dot", "hand.dot"),
+                                       ("--emit-source", "x.npz")])
+def test_outputs_never_overwrite_a_users_file(flag, name, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text("mine\n")
+    err = _fails(["run", *SMALL, flag, name], capsys)
+    assert err == f"error: refusing to overwrite {flag} {name}: it exists; choose a new file name\n"
+    assert (tmp_path / name).read_text() == "mine\n"
+
+
+def test_the_dot_output_is_not_the_program_it_reads(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.bbp").write_text(PROGRAM)
+    _fails(["run", "p.bbp", "--backend", "reference", "--dot", "p.bbp"], capsys)
+    assert (tmp_path / "p.bbp").read_text() == PROGRAM
+
+
+def test_a_dot_file_of_an_earlier_run_is_replaced(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", *SMALL, "--dot", "a.dot"]) == 0
+    first = (tmp_path / "a.dot").read_text()
+    assert first.startswith(cli.DOT_PREFIX)
+    (tmp_path / "a.dot").write_text(first + "// stale\n")
+    assert cli.main(["run", *SMALL, "--dot", "a.dot"]) == 0
+    assert (tmp_path / "a.dot").read_text() == first
+
+
+@pytest.mark.parametrize("out,weights,fragment", [
+    ("model.txt", None, "-o model.txt: the file name must end in .bbp"),
+    ("model.npz", "model.npz", "-o model.npz: the file name must end in .bbp"),
+    ("mine.bbp", None, "refusing to overwrite -o mine.bbp: it exists"),
+    ("new.bbp", "mine.npz", "refusing to overwrite --weights mine.npz: it exists"),
+])
+def test_import_refuses_bad_or_existing_outputs(out, weights, fragment, tmp_path,
+                                                monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.py").write_text("def factory():\n    raise SystemExit('not reached')\n")
+    (tmp_path / "mine.bbp").write_text("mine\n")
+    (tmp_path / "mine.npz").write_text("mine\n")
+    argv = ["import", "f.py:factory", "-o", out] + (["--weights", weights] if weights else [])
+    err = _fails(argv, capsys)
+    assert err.startswith(f"error: {fragment}") and len(err.splitlines()) == 1
+    assert (tmp_path / "mine.bbp").read_text() == "mine\n"
+    assert (tmp_path / "mine.npz").read_text() == "mine\n"
+    assert not (tmp_path / "model.txt").exists() and not (tmp_path / "new.bbp").exists()
+
+
+@pytest.mark.parametrize("make,fragment", [
+    (lambda p: np.save(p, np.zeros(3)), "not a NumPy .npz archive"),
+    (lambda p: p.write_text("rule r: neg(neg(a)) => a\n"), "not a NumPy .npz archive"),
+    (lambda p: np.savez(p, Q=np.array(["a", "b"])), "Q holds <U1 values, not real numbers"),
+    (lambda p: np.savez(p, Q=np.zeros((40, 8), complex)), "Q holds complex128 values"),
+])
+def test_inputs_that_are_not_arrays_of_numbers_are_refused(make, fragment, tmp_path, capsys):
+    path = tmp_path / "in.npz"
+    make(path)
+    if not path.exists():           # np.save added .npy
+        path = tmp_path / "in.npz.npy"
+    err = _fails(["run", *SMALL, "--inputs", str(path)], capsys)
+    assert err.startswith(f"error: --inputs {path}: {fragment}") and len(err.splitlines()) == 1
+
+
+def test_outputs_may_go_to_dev_null(capsys):
+    assert cli.main(["run", *SMALL, "--dot", "/dev/null"]) == 0
+
+
+@pytest.mark.parametrize("argv,line", [
+    ([], "error: the following arguments are required: COMMAND (usage: blockbuster --help)"),
+    (["run", "attention", "--seed", "-1"], "error: argument --seed: a seed is a non-negative "
+     "integer, got -1 (usage: blockbuster run --help)"),
+    (["rules", "check"], "error: the following arguments are required: FILE "
+     "(usage: blockbuster rules check --help)"),
+    (["run", "attention", "--tune", "bogus"], "error: argument --tune: invalid choice: 'bogus' "
+     "(choose from 'measure', 'model', 'off') (usage: blockbuster run --help)"),
+])
+def test_bad_usage_is_one_line_too(argv, line, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_projecting_a_single_value_is_a_located_error(tmp_path, capsys):
+    rules = tmp_path / "tuple.bbr"
+    rules.write_text("rule tp: neg(a) => b.0 with b = neg(a)\n")
+    err = _fails(["rules", "check", str(rules)], capsys)
+    assert err.splitlines()[0] == (f"{rules}:1:22: '.0' picks an output of a multi-output "
+                                   "reduction, but neg(...) has one value")
+    path = tmp_path / "tuple.bbp"
+    path.write_text(PROGRAM.replace("exp(A[n])", "exp(A[n]).1"))
+    err = _fails(["show", str(path)], capsys)
+    assert err.startswith(f"{path}:6:20: '.1' picks an output")
+
+
+def test_a_limit_that_stopped_the_whole_run_is_reported_when_selection_takes_over():
+    """A growing rule stops the whole-program run at the depth limit; its result costs
+    more, so selection takes over: the report still names the limit."""
+    import blockbuster as bb
+    from blockbuster.dsl.loader import load_rules_text
+    rules = load_rules_text("rule grow: exp(a) => exp(add(a, 0.0))\n")
+    result = bb.fuse(bb.workload("attention", N=40, D=8), rules=rules)
+    assert "the whole-program run stopped: depth_limit after" in result.fallback
+
+
+SHIFTED = """\
+program shifted
+dim H = 4 point
+dim G = {g} point
+dim N = 100 block 32
+input A[G, N]
+output Y[H, N]
+kernel Y for h in H, n in N:
+  Y[h, n] = add(A[h // 2, {index}], sum(j in N[ : n]: rowsum(outer(A[h // 2, j + 1], A[h // 2, n - j]))))
+"""
+
+
+@pytest.mark.parametrize("g,index,fragment", [
+    (2, "n + 1", "index n + 1 reads block 4 of N, which has 4 blocks (0..3), at n=3"),
+    (2, "n - 1", "index n - 1 reads block -1 of N, which has 4 blocks (0..3), at n=0"),
+    (1, "n", "index h // 2 reads block 1 of G, which has 1 block (0..0), at h=2"),
+])
+def test_a_block_index_past_its_dimension_is_refused(g, index, fragment, tmp_path, capsys):
+    """The backends do not check block indices (a read past the end takes another
+    block, or nothing): the verifier does, for every value of the loops."""
+    path = tmp_path / "shifted.bbp"
+    path.write_text(SHIFTED.format(g=g, index=index))
+    err = _fails(["show", str(path)], capsys)
+    assert err.startswith("error: kernel 'Y', store to Y: " + fragment), err
+
+
+def test_indices_that_stay_in_range_are_accepted(tmp_path, capsys):
+    """j + 1 and n - j under j in N[ : n], (k * 2 + 1) // 3 and k - k // 2: in range
+    for every value the loops take, though not by interval arithmetic alone."""
+    path = tmp_path / "ok.bbp"        # whole blocks: a block read elsewhere has Y's extent
+    path.write_text(SHIFTED.format(g=2, index="n - n // 2").replace("N = 100", "N = 128"))
+    assert cli.main(["run", str(path), "--backend", "reference"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("flags", [["--backend", "reference"], ["--tune", "model"],
+                                   ["--tune-seconds", "3"]])
+def test_show_fusion_flags_without_fused_are_refused(flags, capsys):
+    err = _fails(["show", "attention", *flags], capsys)
+    assert err == (f"error: {flags[0]}: only with --fused (the unfused program does not "
+                   "depend on it; --block sets its blocks)\n")
