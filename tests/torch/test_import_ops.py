@@ -165,3 +165,26 @@ def test_attention_with_logits_of_1e4_stays_finite_fused():
         got, _, _ = run_imported(attend, q, k, v, fuse=True, backend=backend)
         assert np.isfinite(got[0]).all()
         assert max_rel_error(got[0], want) < 1e-4
+
+
+class BoolMaskAttention(torch.nn.Module):
+    """A boolean mask says which keys a query attends (True): not a number to add."""
+
+    def __init__(self, t=19):
+        super().__init__()
+        keep = torch.rand(t, t) > 0.4
+        keep[:, 0] = True                        # every query keeps one key
+        self.register_buffer("keep", keep)
+
+    def forward(self, q, m):
+        a = F.scaled_dot_product_attention(q, q, q, attn_mask=self.keep)
+        return a + F.scaled_dot_product_attention(q, q, q, attn_mask=m > 0)
+
+
+def test_boolean_attention_masks_constant_and_computed():
+    model = BoolMaskAttention().eval()
+    q, m = torch.randn(1, 2, 19, 16), torch.randn(19, 19)
+    m[:, 3] = 1.0
+    want = float64_reference(model, q, m).numpy()
+    got, _, _ = run_imported(model, q, m)
+    assert max_rel_error(got[0], want) < 1e-5
