@@ -188,3 +188,25 @@ def test_boolean_attention_masks_constant_and_computed():
     want = float64_reference(model, q, m).numpy()
     got, _, _ = run_imported(model, q, m)
     assert max_rel_error(got[0], want) < 1e-5
+
+
+class GateUp(torch.nn.Module):
+    """A fused gate/up projection chunked in two at 48: the slices' default block
+    must divide 48 (the whole-blocks default of 64 does not)."""
+
+    def __init__(self, e=40, f=48):
+        super().__init__()
+        self.gate_up = torch.nn.Linear(e, 2 * f, bias=False)
+        self.down = torch.nn.Linear(f, e, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+def test_slices_at_a_boundary_the_default_block_does_not_divide():
+    model = GateUp().eval()
+    x = torch.randn(1, 21, 40)
+    got, _, low = run_imported(model, x)
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
+    assert low.program.dim("N96").block == 48

@@ -15,6 +15,8 @@ array: no kernel, no copy. The fusion rules see exactly what the kernels read.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -345,7 +347,7 @@ def slice_axis(planner: Planner, v: Value, axis: int, start, end, step, what: st
     if cls is None:
         return _replace_axes(v, axis, 1, (length,), (None,), None)
     part = planner.new(length, "")
-    planner.link_slice(cls, part, what)
+    planner.link_slice(cls, part, what, math.gcd(start, end if end != n else 0))
     if planner.planning:
         return _replace_axes(v, axis, 1, (length,), (part,), _dummy)
     return slice_view(planner, v, axis, start, end, part, what)
