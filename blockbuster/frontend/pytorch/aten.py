@@ -28,6 +28,22 @@ def handles(*targets):
     return register
 
 
+class Empty:
+    """A tensor with no elements (an empty key/value cache, the pass-through part
+    of a rotary embedding over the whole head): concatenation drops it; any other
+    operator on it is an error."""
+
+    def __init__(self, shape: tuple):
+        self.shape = shape
+
+    def __repr__(self) -> str:
+        return f"an empty tensor of shape {list(self.shape)}"
+
+
+#: Operators that accept :class:`Empty` operands.
+TAKES_EMPTY = {"aten.cat.default"}
+
+
 def _value(x) -> Value:
     if isinstance(x, Value):
         return x
@@ -283,6 +299,11 @@ def _getitem(low, node, xs, i):
 
 @handles("cat.default")
 def _cat(low, node, xs, dim=0):
+    pieces = [x for x in xs if not isinstance(x, Empty)]
+    if len(pieces) == 1:
+        return pieces[0]
+    if not pieces:
+        raise ImportError_("concatenation of empty tensors only")
     source = rotate_half_source(node)
     if source is None:
         raise ImportError_("concatenation is supported as the rotate-half of rotary "

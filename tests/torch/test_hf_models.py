@@ -1,0 +1,49 @@
+"""Hugging Face models built from their config classes (tiny sizes, random weights,
+no downloads), imported whole: what a user brings. Each matches the model's own
+eager output in float64 (unfused, on the reference backend: the import is what is
+checked here; fusion of such layers is checked in test_hf_layers.py)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from helpers_torch import max_rel_error, run_imported
+
+transformers = pytest.importorskip("transformers")
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+class LastHidden(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids).last_hidden_state
+
+
+def _check(model, x, tol=2e-5):
+    """The imported program (unfused, reference backend) against the model in
+    float64 (token ids stay integers)."""
+    import copy
+    model.eval()
+    got, _, _ = run_imported(model, x)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x if not x.is_floating_point() else x.double())
+    assert max_rel_error(got[0], want.numpy()) < tol
+
+
+def test_phi3_model_with_its_empty_cache_and_a_sliding_window():
+    """A whole model called as users call it: ``use_cache`` defaults to True, so the
+    keys are concatenated to an empty cache (a constant with no elements); the
+    rotary embedding covers the whole head, so its pass-through slice is empty; a
+    window shorter than the sequence makes the boolean mask non-causal."""
+    from transformers import Phi3Config, Phi3Model
+    cfg = Phi3Config(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                     num_key_value_heads=1, num_hidden_layers=1, vocab_size=50,
+                     pad_token_id=0, sliding_window=5, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    _check(LastHidden(Phi3Model(cfg)), torch.randint(0, 50, (1, 13)))
