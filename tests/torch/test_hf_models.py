@@ -47,3 +47,28 @@ def test_phi3_model_with_its_empty_cache_and_a_sliding_window():
                      pad_token_id=0, sliding_window=5, max_position_embeddings=64)
     cfg._attn_implementation = "sdpa"
     _check(LastHidden(Phi3Model(cfg)), torch.randint(0, 50, (1, 13)))
+
+
+def test_falcon_layer_multi_query():
+    """One key/value head picked out of the fused projection by list indexing
+    (``qkv[..., [-2], :]``): a size-1 slice, broadcast over the query heads."""
+    from transformers import FalconConfig
+    from transformers.models.falcon.modeling_falcon import (FalconDecoderLayer,
+                                                            FalconRotaryEmbedding)
+    cfg = FalconConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=1,
+                       vocab_size=50, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    assert cfg.multi_query
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = FalconDecoderLayer(cfg, 0)
+            self.rope = FalconRotaryEmbedding(cfg)
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1]).unsqueeze(0)
+            out = self.layer(x, alibi=None, attention_mask=None, position_ids=pos,
+                             position_embeddings=self.rope(x, pos))
+            return out[0] if isinstance(out, tuple) else out
+    _check(Layer(), torch.randn(1, 13, 32) * 3)

@@ -54,6 +54,8 @@ def _share_heads(low, q: Value, kv: Value, what: str) -> Value:
     if q.rank < 3 or kv.shape[-3] == q.shape[-3]:
         return kv
     hq, hk = q.shape[-3], kv.shape[-3]
+    if hk == 1:                     # one key/value head (multi-query): a broadcast
+        return V.expand(kv, kv.shape[:-3] + (hq,) + kv.shape[-2:])
     if hq % hk:
         raise ImportError_(f"{what}: {hq} query heads cannot share {hk} key/value heads")
     at = kv.rank - 2

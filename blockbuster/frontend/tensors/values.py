@@ -346,11 +346,27 @@ def slice_axis(planner: Planner, v: Value, axis: int, start, end, step, what: st
     cls = v.axes[axis]
     if cls is None:
         return _replace_axes(v, axis, 1, (length,), (None,), None)
+    if length == 1:
+        return _pick(planner, v, axis, start, what)
     part = planner.new(length, "")
     planner.link_slice(cls, part, what, math.gcd(start, end if end != n else 0))
     if planner.planning:
         return _replace_axes(v, axis, 1, (length,), (part,), _dummy)
     return slice_view(planner, v, axis, start, end, part, what)
+
+
+def _pick(planner: Planner, v: Value, axis: int, at: int, what: str) -> Value:
+    """``v[..., at:at+1, ...]`` of a point axis: a size-1 (broadcast) axis, like any
+    other size-1 axis (a multi-query attention's one key head broadcasts)."""
+    if planner.planning:
+        return _replace_axes(v, axis, 1, (1,), (None,), _dummy)
+    if not planner.dim(v.axes[axis]).point:
+        raise TensorError(f"{what}: a single element [{at}] of an axis tiled in "
+                          f"blocks (only whole blocks can be sliced)")
+
+    def loader(index: Index) -> Expr:
+        return v.load(tuple(index[:axis]) + (IConst(at),) + tuple(index[axis + 1:]))
+    return _replace_axes(v, axis, 1, (1,), (None,), loader)
 
 
 def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part,
