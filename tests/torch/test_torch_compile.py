@@ -141,3 +141,35 @@ def test_fused_programs_are_cached_across_processes(tmp_path, monkeypatch):
     assert second.returncode == 0, second.stderr[-2000:]
     assert float(second.stdout.split()[-1]) < 1e-4
     assert [p.stat().st_mtime_ns for p in entries] == stamps     # read, not rewritten
+
+
+class PositionsAroundABreak(torch.nn.Module):
+    """Two regions around an operator left to PyTorch; the first reads position
+    ids computed outside it (a new tensor with the same values on every call) and
+    a buffer (an input under TorchDynamo), as a rotary embedding does."""
+
+    def __init__(self, e=24):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.rand(e))
+        self.lin = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1])[None, :, None].float()
+        freqs = torch.cumsum(pos * self.inv_freq, dim=-1)      # stays in PyTorch
+        return self.lin(x) * torch.sigmoid(freqs)
+
+
+def test_regions_keep_their_own_inputs_when_called_again(monkeypatch):
+    from blockbuster.frontend.pytorch import dynamo
+    builds = []
+    real = dynamo.CompiledRegion._build
+    monkeypatch.setattr(dynamo.CompiledRegion, "_build",
+                        lambda self, inputs: (builds.append(self._name), real(self, inputs)))
+    model = PositionsAroundABreak().eval()
+    x = torch.randn(1, 19, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with torch.no_grad():
+        for _ in range(3):
+            assert _close(compiled(x), model(x))
+    assert len(builds) == len(set(builds)) >= 2    # each region built once

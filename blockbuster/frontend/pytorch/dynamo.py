@@ -172,11 +172,30 @@ class CompiledRegion:
         return tune(tunable, backend, opts.tune)
 
     def _stamps(self, inputs) -> tuple:
-        return tuple((id(inputs[i]), inputs[i]._version) for i in self._params)
+        """What identifies the region's constant inputs: a parameter by identity and
+        version; a tensor computed outside the region from constants only (position
+        ids, a mask) by its values too, since it is a new tensor on every call."""
+        import torch
+        return tuple((id(t), t._version,
+                      None if isinstance(t, torch.nn.Parameter) else t.detach().clone())
+                     for t in (inputs[i] for i in self._params))
+
+    def _changed(self, inputs) -> bool:
+        import torch
+        for i, (ident, version, values) in zip(self._params, self._stamp):
+            t = inputs[i]
+            if id(t) == ident and t._version == version:
+                continue
+            if values is not None and isinstance(t, torch.Tensor) and \
+                    t.shape == values.shape and t.dtype == values.dtype and \
+                    torch.equal(t, values):
+                continue
+            return True
+        return False
 
     def __call__(self, *inputs):
         import torch
-        if self._stamps(inputs) != self._stamp:
+        if self._changed(inputs):
             self._build(list(inputs))               # a parameter changed: recompile
         user = [t for i, t in enumerate(inputs) if i not in self._params
                 and hasattr(t, "shape")]
@@ -246,7 +265,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
         positions = tuple(i for i, a in enumerate(arg_names)
                           if a in param_names or a not in dynamic)
 
-        def source_of(inputs, sub=sub):
+        def source_of(inputs, sub=sub, positions=positions):
             kinds = {}
             for i, ph in enumerate(n for n in sub.graph.nodes if n.op == "placeholder"):
                 kinds[ph.name] = "PARAMETER" if i in positions else "USER_INPUT"
