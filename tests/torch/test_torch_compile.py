@@ -173,3 +173,27 @@ def test_regions_keep_their_own_inputs_when_called_again(monkeypatch):
         for _ in range(3):
             assert _close(compiled(x), model(x))
     assert len(builds) == len(set(builds)) >= 2    # each region built once
+
+
+class SkipAroundABreak(torch.nn.Module):
+    """The second region reads the first one's output directly and through an
+    operator left to PyTorch (the regions are joined by the partitioner's own
+    getitem nodes)."""
+
+    def __init__(self, e=24):
+        super().__init__()
+        self.a = torch.nn.Linear(e, e)
+        self.b = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        return self.b(h) * torch.cumsum(h, dim=-1)
+
+
+def test_a_region_reads_another_regions_output():
+    model = SkipAroundABreak().eval()
+    x = torch.randn(2, 19, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with torch.no_grad():
+        assert _close(compiled(x), model(x))

@@ -237,7 +237,11 @@ def input_dependent(graph, kind: dict) -> set:
 
 def record_values(ep, example_inputs) -> dict:
     """Every node's value at the example inputs (constants fold from these)."""
-    gm = ep.graph_module
+    return record_graph(ep.graph_module, _flat_inputs(ep, example_inputs))
+
+
+def _flat_inputs(ep, example_inputs) -> list:
+    """The arguments of ``ep.graph_module``: user inputs, parameters, buffers."""
     state = {**ep.state_dict, **getattr(ep, "constants", {})}
     args = []
     user = iter(example_inputs)
@@ -246,7 +250,7 @@ def record_values(ep, example_inputs) -> dict:
             args.append(next(user))
         else:
             args.append(state[spec.target])
-    return record_graph(gm, args)
+    return args
 
 
 def record_graph(gm, args) -> dict:
