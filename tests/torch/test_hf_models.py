@@ -72,3 +72,37 @@ def test_falcon_layer_multi_query():
                              position_embeddings=self.rope(x, pos))
             return out[0] if isinstance(out, tuple) else out
     _check(Layer(), torch.randn(1, 13, 32) * 3)
+
+
+def test_gpt_neox_layer_under_torch_compile_falls_back_where_it_must(monkeypatch, tmp_path):
+    """A partial rotary embedding (a quarter of each head rotated, the rest passed
+    through) is not lowered: those parts run in PyTorch, each with a warning that
+    says why, and the output still matches eager (no crash)."""
+    from transformers import GPTNeoXConfig
+    from transformers.models.gpt_neox.modeling_gpt_neox import (GPTNeoXLayer,
+                                                                GPTNeoXRotaryEmbedding)
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path))
+    cfg = GPTNeoXConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                        num_hidden_layers=1, vocab_size=50, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.rope = GPTNeoXLayer(cfg, 0), GPTNeoXRotaryEmbedding(cfg)
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1]).unsqueeze(0)
+            out = self.layer(x, position_embeddings=self.rope(x, pos))
+            return out[0] if isinstance(out, tuple) else out
+    model = Layer().eval()
+    x = torch.randn(1, 13, 64)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with pytest.warns(FallbackWarning, match="left to PyTorch"), torch.no_grad():
+        got = compiled(x)
+    with torch.no_grad():
+        assert max_rel_error(got.numpy(), model(x).numpy()) < 1e-5
+    torch._dynamo.reset()

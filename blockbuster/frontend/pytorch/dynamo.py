@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 
 import attrs
 import numpy as np
 
-from ...errors import UsageError
+from ...errors import BlockbusterError, UsageError
 from .dims import ImportError_
 
 _OPTIONS = ("backend", "rules", "blocks", "hardware", "tune")
@@ -94,26 +95,56 @@ class Specializing:
         return fn(*args)
 
 
+class FallbackWarning(UserWarning):
+    """Part of a graph given to ``torch.compile(backend="blockbuster")`` runs in
+    eager PyTorch (an operator Blockbuster does not lower, or a region it could not
+    compile); the message says which and why. Silence it with
+    ``warnings.filterwarnings("ignore", category=FallbackWarning)``."""
+
+
+def _report(message: str) -> None:
+    if os.environ.get("BLOCKBUSTER_VERBOSE"):
+        print(f"blockbuster: {message}")
+    warnings.warn(f"blockbuster: {message}", FallbackWarning, stacklevel=3)
+
+
 def compile_graph(gm, example_inputs: list, opts: CompileOptions):
     import torch
     from .capture import export
     params = tuple(i for i, t in enumerate(example_inputs)
                    if isinstance(t, torch.nn.Parameter))
-    ep = export(gm, tuple(example_inputs), strict=False)
+    try:
+        ep = export(gm, tuple(example_inputs), strict=False)
+    except ImportError_ as exc:
+        _report(f"the whole graph is left to PyTorch: {exc}")
+        return gm
     unsupported: set[str] = set()
     limit = sum(1 for _ in ep.graph.nodes)
     for _ in range(limit + 1):
         try:
             if not unsupported:
-                return WholeGraph(ep, example_inputs, params, opts)
+                try:
+                    return WholeGraph(ep, example_inputs, params, opts)
+                except ImportError_ as exc:
+                    if exc.node is not None:
+                        raise
+                    # nothing to blame: compile the graph as regions, each of which
+                    # is left to PyTorch alone if it cannot be compiled
             return _partitioned(ep, example_inputs, params, opts, unsupported)
         except ImportError_ as exc:
             if exc.node is None or exc.node in unsupported:
                 raise
-            if os.environ.get("BLOCKBUSTER_VERBOSE"):
-                print(f"blockbuster: left to PyTorch: {exc}")
+            _report(f"left to PyTorch: {exc}")
             unsupported.add(exc.node)              # stays in eager PyTorch
-    raise ImportError_("torch.compile: no part of the graph could be lowered")
+        except _NoRegion as exc:
+            _report(f"the whole graph is left to PyTorch: {exc}")
+            return gm
+    _report("the whole graph is left to PyTorch: no part of it could be lowered")
+    return gm
+
+
+class _NoRegion(Exception):
+    pass
 
 
 class CompiledRegion:
@@ -254,7 +285,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
                                             allows_single_node_partition=True
                                             ).propose_partitions()
     if not partitions:
-        raise ImportError_("torch.compile: no part of the graph could be lowered")
+        raise _NoRegion("no part of it could be lowered")
     fused_gm = fuse_by_partitions(gm, [{n: None for n in p.nodes} for p in partitions],
                                   always_return_tuple=True)
     # the regions' arguments include the fuser's own getitem nodes (one region's
@@ -275,7 +306,17 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
             values = record_graph(sub, inputs)
             return GraphSource(sub.graph, kinds, {n: n for n in kinds}, values)
         inputs = [recorded[a] for a in arg_names]
-        region = CompiledRegion(source_of, inputs, positions, opts, node.target)
+        try:
+            region = CompiledRegion(source_of, inputs, positions, opts, node.target)
+        except ImportError_ as exc:
+            if exc.node is not None:
+                raise                                  # that node stays in PyTorch
+            _report(f"a region of {len(sub.graph.nodes)} nodes is left to PyTorch: {exc}")
+            continue
+        except BlockbusterError as exc:                # a bug: say so, run eagerly
+            _report(f"a region of {len(sub.graph.nodes)} nodes is left to PyTorch "
+                    f"after an internal error: {type(exc).__name__}: {exc}")
+            continue
         setattr(fused_gm, node.target, _RegionModule(region))
     fused_gm.recompile()
     constants = {**ep.state_dict, **getattr(ep, "constants", {})}
