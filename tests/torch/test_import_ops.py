@@ -210,3 +210,12 @@ def test_slices_at_a_boundary_the_default_block_does_not_divide():
     got, _, low = run_imported(model, x)
     assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
     assert low.program.dim("N96").block == 48
+
+
+def test_flattening_two_tiled_axes_is_a_clear_error():
+    """[C, H, W] -> [C, H·W] (a ViT patch embedding's flatten) would need blocks of
+    H and W at once: a one-line error naming the line, not an invalid program."""
+    def flatten(x):
+        return x.flatten(2).transpose(1, 2) * 2.0
+    with pytest.raises(ImportError_, match=r"test_import_ops.py:\d+: .*merging two tiled"):
+        lower_module(flatten, torch.randn(1, 40, 5, 6))

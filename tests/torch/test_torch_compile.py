@@ -197,3 +197,26 @@ def test_a_region_reads_another_regions_output():
                              options={"backend": "reference", "tune": "off"})
     with torch.no_grad():
         assert _close(compiled(x), model(x))
+
+
+class PatchEmbed(torch.nn.Module):
+    """A ViT patch embedding: a convolution and a flatten (both left to PyTorch),
+    then a projection."""
+
+    def __init__(self, e=24):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, e, kernel_size=4, stride=4)
+        self.proj = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        return self.proj(torch.tanh(self.conv(x).flatten(2).transpose(1, 2)))
+
+
+def test_patch_embedding_falls_back_and_matches():
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+    model = PatchEmbed().eval()
+    x = torch.randn(1, 3, 20, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with pytest.warns(FallbackWarning, match="merging two tiled"), torch.no_grad():
+        assert _close(compiled(x), model(x))

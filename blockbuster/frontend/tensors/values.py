@@ -288,6 +288,9 @@ def merge_view(planner: Planner, v: Value, at: int, merged, what: str) -> Value:
         return _replace_axes(v, at, 2, size, (merged,), loader)
     if v.order[-1:] != (at + 1,):
         raise TensorError(f"{what}: only heads in the last axis of a block merge")
+    if not d1.point:
+        raise TensorError(f"{what}: merging two tiled axes ({d1.name} × {d2.name}) is "
+                          f"not supported (only heads × head columns, or point axes)")
 
     per_head = d2.nblocks                            # column blocks per head
 
