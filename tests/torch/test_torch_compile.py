@@ -145,17 +145,16 @@ def test_fused_programs_are_cached_across_processes(tmp_path, monkeypatch):
 
 class PositionsAroundABreak(torch.nn.Module):
     """Two regions around an operator left to PyTorch; the first reads position
-    ids computed outside it (a new tensor with the same values on every call) and
-    a buffer (an input under TorchDynamo), as a rotary embedding does."""
+    ids computed outside it (a new tensor with the same values on every call)."""
 
     def __init__(self, e=24):
         super().__init__()
-        self.register_buffer("inv_freq", torch.rand(e))
+        self.gate = torch.nn.Linear(e, e)
         self.lin = torch.nn.Linear(e, e)
 
     def forward(self, x):
         pos = torch.arange(x.shape[1])[None, :, None].float()
-        freqs = torch.cumsum(pos * self.inv_freq, dim=-1)      # stays in PyTorch
+        freqs = torch.cumsum(pos * torch.sigmoid(self.gate(x)), dim=-1)  # in PyTorch
         return self.lin(x) * torch.sigmoid(freqs)
 
 
@@ -220,3 +219,39 @@ def test_patch_embedding_falls_back_and_matches():
                              options={"backend": "reference", "tune": "off"})
     with pytest.warns(FallbackWarning, match="merging two tiled"), torch.no_grad():
         assert _close(compiled(x), model(x))
+
+
+class RotaryTable(torch.nn.Module):
+    """A rotary embedding's tables from its ``inv_freq`` buffer (an input under
+    TorchDynamo, like a parameter): state, evaluated once at import."""
+
+    def __init__(self, e=24):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 1e4 ** (torch.arange(0, e, 2) / e))
+        self.lin = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1])[:, None].float()
+        freqs = pos * self.inv_freq
+        emb = torch.cat([freqs, freqs], dim=-1)      # not a rotate-half: must fold
+        return self.lin(x) * emb.cos() + x * emb.sin()
+
+
+def test_buffers_are_state_and_fold_at_import(monkeypatch):
+    import warnings
+    from blockbuster.frontend.pytorch import dynamo
+    builds = []
+    real = dynamo.CompiledRegion._build
+    monkeypatch.setattr(dynamo.CompiledRegion, "_build",
+                        lambda self, inputs: (builds.append(self._name), real(self, inputs)))
+    model = RotaryTable().eval()
+    x = torch.randn(2, 19, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        with torch.no_grad():
+            assert _close(compiled(x), model(x))
+            model.inv_freq.mul_(0.5)                    # changed state: recompiled
+            assert _close(compiled(x), model(x))
+    assert builds == ["torch_graph", "torch_graph"]

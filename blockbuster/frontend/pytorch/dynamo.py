@@ -111,8 +111,7 @@ def _report(message: str) -> None:
 def compile_graph(gm, example_inputs: list, opts: CompileOptions):
     import torch
     from .capture import export
-    params = tuple(i for i, t in enumerate(example_inputs)
-                   if isinstance(t, torch.nn.Parameter))
+    params = _state_positions(gm, example_inputs)
     try:
         ep = export(gm, tuple(example_inputs), strict=False)
     except ImportError_ as exc:
@@ -145,6 +144,23 @@ def compile_graph(gm, example_inputs: list, opts: CompileOptions):
 
 class _NoRegion(Exception):
     pass
+
+
+def _state_positions(gm, example_inputs) -> tuple:
+    """Positions of the inputs that are the module's state, not the caller's data:
+    parameters, and buffers (a rotary embedding's ``inv_freq``: what is computed
+    from them alone, such as the cos/sin tables, is then evaluated once at import)."""
+    import torch
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = []
+    for i, t in enumerate(example_inputs):
+        source = getattr(placeholders[i].meta.get("grapharg"), "source", None) \
+            if i < len(placeholders) else None
+        if isinstance(t, torch.nn.Parameter) or (
+                isinstance(t, torch.Tensor) and "._buffers[" in str(
+                    getattr(source, "name", ""))):
+            out.append(i)
+    return tuple(out)
 
 
 class CompiledRegion:
