@@ -219,3 +219,14 @@ def test_flattening_two_tiled_axes_is_a_clear_error():
         return x.flatten(2).transpose(1, 2) * 2.0
     with pytest.raises(ImportError_, match=r"test_import_ops.py:\d+: .*merging two tiled"):
         lower_module(flatten, torch.randn(1, 40, 5, 6))
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_a_scalar_tensor_input(backend):
+    """A 0-d tensor argument (a temperature, Gemma's embedding normaliser under
+    torch.compile) is a 0-d array: the Numba backend indexes it as ``a[()]``."""
+    def scaled(x, s):
+        return torch.tanh(x * s) + s
+    x, s = torch.randn(1, 19, 40), torch.tensor(1.7)
+    got, want, _ = run_imported(scaled, x, s, fuse=True, backend=backend)
+    assert max_rel_error(got[0], want[0]) < 1e-6
