@@ -230,3 +230,22 @@ def test_a_scalar_tensor_input(backend):
     x, s = torch.randn(1, 19, 40), torch.tensor(1.7)
     got, want, _ = run_imported(scaled, x, s, fuse=True, backend=backend)
     assert max_rel_error(got[0], want[0]) < 1e-6
+
+
+class ChunkedHeads(torch.nn.Module):
+    """q, k, v chunked out of each head of 48 (pieces of 16): a head is one block,
+    so the pieces are not whole blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 192, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 4, 48).transpose(1, 2).chunk(3, dim=-1)
+        return q * k + v
+
+
+def test_heads_chunked_below_a_block_are_a_clear_error_not_a_broken_program():
+    with pytest.raises(ImportError_, match="not a whole number of heads of 48"):
+        lower_module(ChunkedHeads().eval(), torch.randn(1, 13, 64))

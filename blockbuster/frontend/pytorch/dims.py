@@ -169,7 +169,9 @@ class DimPlanner:
             elif kind == "split":
                 self.mark_point(b)
                 if self._tiled(a):
+                    # head h is column block h: the blocks of both are one head
                     self.require_block(a, self.size(out), what)
+                    self.require_block(out, self.size(out), what)
                     self.mark_tiled(out)
                 else:
                     self.mark_point(out)
