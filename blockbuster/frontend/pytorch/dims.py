@@ -163,6 +163,10 @@ class DimPlanner:
                     if block is None and defaults:
                         block = self._blocks.get(ca.hint) or _aligned_block(
                             min(ca.size, DEFAULT_BLOCK), self._alignment(a))
+                    if block and b and b % block:
+                        raise ImportError_(f"slicing at {b} an axis tiled in blocks of "
+                                           f"{block} (only whole blocks can be sliced)",
+                                           node=what)
                     if block:
                         self.require_block(a, block, what)
                         self.require_block(out, block, what)

@@ -272,7 +272,14 @@ def record_graph(gm, args) -> dict:
 def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
     planner = DimPlanner(blocks)
     Lowering(source, planner, name).run()                 # plan the dimensions
-    planner.resolve()
+    try:
+        planner.resolve()
+    except ImportError_ as exc:            # blame the node (and the model's line)
+        node = next((n for n in source.graph.nodes if n.name == exc.node), None)
+        if node is None:
+            raise
+        raise ImportError_(f"{source_line(node)}: {node.target}: {exc}",
+                           node=exc.node) from None
     low = Lowering(source, planner, name)
     outputs = low.run()
     k = low.k
