@@ -178,3 +178,88 @@ def test_importing_shows_the_user_none_of_torchs_deprecation_warnings():
         warnings.simplefilter("always")
         bb.from_torch(model.eval(), torch.randn(1, 20, 32))
     assert not [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+
+
+class BoolMaskAttention(torch.nn.Module):
+    """A boolean mask says which keys a query attends (True): not a number to add."""
+
+    def __init__(self, t=19):
+        super().__init__()
+        keep = torch.rand(t, t) > 0.4
+        keep[:, 0] = True                        # every query keeps one key
+        self.register_buffer("keep", keep)
+
+    def forward(self, q, m):
+        a = F.scaled_dot_product_attention(q, q, q, attn_mask=self.keep)
+        return a + F.scaled_dot_product_attention(q, q, q, attn_mask=m > 0)
+
+
+def test_boolean_attention_masks_constant_and_computed():
+    model = BoolMaskAttention().eval()
+    q, m = torch.randn(1, 2, 19, 16), torch.randn(19, 19)
+    m[:, 3] = 1.0
+    want = float64_reference(model, q, m).numpy()
+    got, _, _ = run_imported(model, q, m)
+    assert max_rel_error(got[0], want) < 1e-5
+
+
+class GateUp(torch.nn.Module):
+    """A fused gate/up projection chunked in two at 48: the slices' default block
+    must divide 48 (the whole-blocks default of 64 does not)."""
+
+    def __init__(self, e=40, f=48):
+        super().__init__()
+        self.gate_up = torch.nn.Linear(e, 2 * f, bias=False)
+        self.down = torch.nn.Linear(f, e, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+def test_slices_at_a_boundary_the_default_block_does_not_divide():
+    model = GateUp().eval()
+    x = torch.randn(1, 21, 40)
+    got, _, low = run_imported(model, x)
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
+    assert low.program.dim("N96").block == 48
+
+
+def test_flattening_two_tiled_axes_is_a_clear_error():
+    """[C, H, W] -> [C, H·W] (a ViT patch embedding's flatten) would need blocks of
+    H and W at once: a one-line error naming the line, not an invalid program."""
+    def flatten(x):
+        return x.flatten(2).transpose(1, 2) * 2.0
+    with pytest.raises(ImportError_, match=r"test_import_ops.py:\d+: .*merging two tiled"):
+        lower_module(flatten, torch.randn(1, 40, 5, 6))
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_a_scalar_tensor_input(backend):
+    """A 0-d tensor argument (a temperature, Gemma's embedding normaliser under
+    torch.compile) is a 0-d array: the Numba backend indexes it as ``a[()]``."""
+    def scaled(x, s):
+        return torch.tanh(x * s) + s
+    x, s = torch.randn(1, 19, 40), torch.tensor(1.7)
+    got, want, _ = run_imported(scaled, x, s, fuse=True, backend=backend)
+    assert max_rel_error(got[0], want[0]) < 1e-6
+
+
+class ChunkedHeads(torch.nn.Module):
+    """q, k, v chunked out of each head of 48 (pieces of 16): a head is one block,
+    so the pieces are not whole blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 192, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 4, 48).transpose(1, 2).chunk(3, dim=-1)
+        return q * k + v
+
+
+def test_heads_chunked_below_a_block_are_a_clear_error_not_a_broken_program():
+    with pytest.raises(ImportError_, match=r"test_import_ops.py:\d+: .*slicing at 16 an axis "
+                       r"tiled in blocks of 48"):
+        lower_module(ChunkedHeads().eval(), torch.randn(1, 13, 64))

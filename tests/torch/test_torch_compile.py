@@ -141,3 +141,117 @@ def test_fused_programs_are_cached_across_processes(tmp_path, monkeypatch):
     assert second.returncode == 0, second.stderr[-2000:]
     assert float(second.stdout.split()[-1]) < 1e-4
     assert [p.stat().st_mtime_ns for p in entries] == stamps     # read, not rewritten
+
+
+class PositionsAroundABreak(torch.nn.Module):
+    """Two regions around an operator left to PyTorch; the first reads position
+    ids computed outside it (a new tensor with the same values on every call)."""
+
+    def __init__(self, e=24):
+        super().__init__()
+        self.gate = torch.nn.Linear(e, e)
+        self.lin = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1])[None, :, None].float()
+        freqs = torch.cumsum(pos * torch.sigmoid(self.gate(x)), dim=-1)  # in PyTorch
+        return self.lin(x) * torch.sigmoid(freqs)
+
+
+def test_regions_keep_their_own_inputs_when_called_again(monkeypatch):
+    from blockbuster.frontend.pytorch import dynamo
+    builds = []
+    real = dynamo.CompiledRegion._build
+    monkeypatch.setattr(dynamo.CompiledRegion, "_build",
+                        lambda self, inputs: (builds.append(self._name), real(self, inputs)))
+    model = PositionsAroundABreak().eval()
+    x = torch.randn(1, 19, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with torch.no_grad():
+        for _ in range(3):
+            assert _close(compiled(x), model(x))
+    assert len(builds) == len(set(builds)) >= 2    # each region built once
+
+
+class SkipAroundABreak(torch.nn.Module):
+    """The second region reads the first one's output directly and through an
+    operator left to PyTorch (the regions are joined by the partitioner's own
+    getitem nodes)."""
+
+    def __init__(self, e=24):
+        super().__init__()
+        self.a = torch.nn.Linear(e, e)
+        self.b = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        return self.b(h) * torch.cumsum(h, dim=-1)
+
+
+def test_a_region_reads_another_regions_output():
+    model = SkipAroundABreak().eval()
+    x = torch.randn(2, 19, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with torch.no_grad():
+        assert _close(compiled(x), model(x))
+
+
+class PatchEmbed(torch.nn.Module):
+    """A ViT patch embedding: a convolution and a flatten (both left to PyTorch),
+    then a projection."""
+
+    def __init__(self, e=24):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, e, kernel_size=4, stride=4)
+        self.proj = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        return self.proj(torch.tanh(self.conv(x).flatten(2).transpose(1, 2)))
+
+
+def test_patch_embedding_falls_back_and_matches():
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+    model = PatchEmbed().eval()
+    x = torch.randn(1, 3, 20, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with pytest.warns(FallbackWarning, match="merging two tiled"), torch.no_grad():
+        assert _close(compiled(x), model(x))
+
+
+class RotaryTable(torch.nn.Module):
+    """A rotary embedding's tables from its ``inv_freq`` buffer (an input under
+    TorchDynamo, like a parameter): state, evaluated once at import."""
+
+    def __init__(self, e=24):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 1e4 ** (torch.arange(0, e, 2) / e))
+        self.lin = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1])[:, None].float()
+        freqs = pos * self.inv_freq
+        emb = torch.cat([freqs, freqs], dim=-1)      # not a rotate-half: must fold
+        return self.lin(x) * emb.cos() + x * emb.sin()
+
+
+def test_buffers_are_state_and_fold_at_import(monkeypatch):
+    import warnings
+    from blockbuster.frontend.pytorch import dynamo
+    builds = []
+    real = dynamo.CompiledRegion._build
+    monkeypatch.setattr(dynamo.CompiledRegion, "_build",
+                        lambda self, inputs: (builds.append(self._name), real(self, inputs)))
+    model = RotaryTable().eval()
+    x = torch.randn(2, 19, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        with torch.no_grad():
+            assert _close(compiled(x), model(x))
+            model.inv_freq.mul_(0.5)                    # changed state: recompiled
+            assert _close(compiled(x), model(x))
+    assert builds == ["torch_graph", "torch_graph"]

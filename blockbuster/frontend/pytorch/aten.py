@@ -28,6 +28,22 @@ def handles(*targets):
     return register
 
 
+class Empty:
+    """A tensor with no elements (an empty key/value cache, the pass-through part
+    of a rotary embedding over the whole head): concatenation drops it; any other
+    operator on it is an error."""
+
+    def __init__(self, shape: tuple):
+        self.shape = shape
+
+    def __repr__(self) -> str:
+        return f"an empty tensor of shape {list(self.shape)}"
+
+
+#: Operators that accept :class:`Empty` operands.
+TAKES_EMPTY = {"aten.cat.default"}
+
+
 def _value(x) -> Value:
     if isinstance(x, Value):
         return x
@@ -283,12 +299,52 @@ def _getitem(low, node, xs, i):
 
 @handles("cat.default")
 def _cat(low, node, xs, dim=0):
+    pieces = [x for x in xs if not isinstance(x, Empty)]
+    if len(pieces) == 1:
+        return pieces[0]
+    if not pieces:
+        raise ImportError_("concatenation of empty tensors only")
     source = rotate_half_source(node)
     if source is None:
         raise ImportError_("concatenation is supported as the rotate-half of rotary "
                            "embeddings (cat(-x2, x1)) only")
     x = low.values[source.name] if source.name in low.values else low.value(source)
     return low.k.rotate_half(x, node.name)
+
+
+@handles("index.Tensor")
+def _index(low, node, x, indices):
+    """``x[..., [i, i+1, ...], ...]`` with constant, consecutive indices on one axis
+    (a multi-query attention picking its key and value head out of a fused
+    projection): the slice ``i:i+n``, a view. Other advanced indexing is left out."""
+    idx = [a for a in node.args[1]]
+    used = [(axis, a) for axis, a in enumerate(idx) if a is not None]
+    if len(used) != 1 or getattr(used[0][1], "name", None) in low.dynamic:
+        raise ImportError_("indexing with tensors: only constant consecutive indices "
+                           "along one axis are supported")
+    axis, a = used[0]
+    t = low.recorded.get(a.name)
+    if t is None or t.dtype.is_floating_point or t.dim() != 1 or t.numel() == 0:
+        raise ImportError_("indexing with tensors: only a constant 1-D integer index "
+                           "is supported")
+    n = x.shape[axis]
+    vals = [int(v) % n for v in t.tolist()]
+    if vals != list(range(vals[0], vals[0] + len(vals))):
+        raise ImportError_(f"indexing with tensors: indices {vals[:8]} are not "
+                           f"consecutive")
+    return V.slice_axis(low.planner, x, axis, vals[0], vals[0] + len(vals), 1, node.name)
+
+
+def index_nodes(graph, dynamic) -> set:
+    """The constant index tensors of ``aten.index`` (read structurally, no weight)."""
+    out = set()
+    for node in graph.nodes:
+        if _is(node, "aten.index.Tensor") and node.name in dynamic:
+            for a in node.args[1]:
+                if a is not None and a.name not in dynamic and \
+                        all(_is(u, "aten.index.Tensor") for u in a.users):
+                    out.add(a.name)
+    return out
 
 
 HANDLERS["<built-in function getitem>"] = _getitem
@@ -340,7 +396,7 @@ def absorbed_nodes(graph, dynamic) -> set:
         hi = neg.args[0]
         if len(neg.users) == 1 and len(hi.users) == 1 and len(lo.users) == 1:
             out |= {neg.name, hi.name, lo.name}
-    return out
+    return out | index_nodes(graph, dynamic)
 
 
 @handles("_assert_tensor_metadata.default", "_assert_scalar.default",

@@ -34,7 +34,19 @@ def attention(low, node, q: Value, k: Value, v: Value, mask, is_causal: bool, sc
         low.planner.unify(q.axes[-2], k.axes[-2], what)
     if mask is not None and mask.loader is None:
         raise ImportError_(f"{what}: a scalar attention mask")
+    if mask is not None and _mask_dtype(node) == "bool":
+        # a boolean mask says which keys to attend (True), not what to add
+        mask = km.elementwise("where", [mask, V.scalar(0.0), V.scalar(-math.inf)], what)
     return attend(km, q, k, v, scale, is_causal, mask, what)
+
+
+def _mask_node(node):
+    return node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
+
+
+def _mask_dtype(node) -> str:
+    val = getattr(_mask_node(node), "meta", {}).get("val")
+    return str(getattr(val, "dtype", "")).replace("torch.", "")
 
 
 def _share_heads(low, q: Value, kv: Value, what: str) -> Value:
@@ -42,6 +54,8 @@ def _share_heads(low, q: Value, kv: Value, what: str) -> Value:
     if q.rank < 3 or kv.shape[-3] == q.shape[-3]:
         return kv
     hq, hk = q.shape[-3], kv.shape[-3]
+    if hk == 1:                     # one key/value head (multi-query): a broadcast
+        return V.expand(kv, kv.shape[:-3] + (hq,) + kv.shape[-2:])
     if hq % hk:
         raise ImportError_(f"{what}: {hq} query heads cannot share {hk} key/value heads")
     at = kv.rank - 2
@@ -52,7 +66,7 @@ def _share_heads(low, q: Value, kv: Value, what: str) -> Value:
 
 def _is_causal_mask(low, node, mask: Value, tq: int, tk: int) -> bool:
     """Is the (constant) mask exactly causal? Then no mask array is read at all."""
-    src = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
+    src = _mask_node(node)
     t = low.recorded.get(getattr(src, "name", None))
     if t is None or getattr(src, "name", None) in low.dynamic or tq != tk:
         return False

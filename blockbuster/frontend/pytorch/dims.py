@@ -14,6 +14,8 @@ other.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from ...ir.types import Dim
@@ -121,10 +123,20 @@ class DimPlanner:
         if self._resolved is None:
             self._links.append(("merge", outer, inner, merged, what))
 
-    def link_slice(self, axis: int, part: int, what: str) -> None:
-        """``part`` is a block-aligned slice of ``axis``: tiled alike, same blocks."""
+    def link_slice(self, axis: int, part: int, what: str, align: int = 0) -> None:
+        """``part`` is a block-aligned slice of ``axis``: tiled alike, same blocks.
+        ``align``: what the block must divide (the slice's start, and its end when
+        that is not the axis's end; 0 for any block)."""
         if self._resolved is None:
-            self._links.append(("slice", axis, None, part, what))
+            self._links.append(("slice", axis, align, part, what))
+
+    def _alignment(self, cid: int) -> int:
+        """What a block of ``cid``'s class must divide for all of its slices."""
+        root, g = self.find(cid), 0
+        for kind, a, align, _, _ in self._links:
+            if kind == "slice" and align and self.find(a) == root:
+                g = math.gcd(g, align)
+        return g
 
     def _tiled(self, cid: int) -> bool:
         c = self._classes[self.find(cid)]
@@ -149,14 +161,21 @@ class DimPlanner:
                     self.mark_tiled(out)
                     block = ca.block or co.block
                     if block is None and defaults:
-                        block = self._blocks.get(ca.hint) or min(ca.size, DEFAULT_BLOCK)
+                        block = self._blocks.get(ca.hint) or _aligned_block(
+                            min(ca.size, DEFAULT_BLOCK), self._alignment(a))
+                    if block and b and b % block:
+                        raise ImportError_(f"slicing at {b} an axis tiled in blocks of "
+                                           f"{block} (only whole blocks can be sliced)",
+                                           node=what)
                     if block:
                         self.require_block(a, block, what)
                         self.require_block(out, block, what)
             elif kind == "split":
                 self.mark_point(b)
                 if self._tiled(a):
+                    # head h is column block h: the blocks of both are one head
                     self.require_block(a, self.size(out), what)
+                    self.require_block(out, self.size(out), what)
                     self.mark_tiled(out)
                 else:
                     self.mark_point(out)
@@ -215,6 +234,13 @@ class DimPlanner:
         for d in self._resolved or ():
             seen.setdefault(d.name, d)
         return tuple(seen.values())
+
+
+def _aligned_block(block: int, align: int) -> int:
+    """The largest block up to ``block`` that divides ``align`` (any if 0)."""
+    if not align:
+        return block
+    return max(b for b in range(1, block + 1) if align % b == 0)
 
 
 def _suffix(n: int) -> str:

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 
 import attrs
 import numpy as np
 
-from ...errors import UsageError
+from ...errors import BlockbusterError, UsageError
 from .dims import ImportError_
 
 _OPTIONS = ("backend", "rules", "blocks", "hardware", "tune")
@@ -94,26 +95,72 @@ class Specializing:
         return fn(*args)
 
 
+class FallbackWarning(UserWarning):
+    """Part of a graph given to ``torch.compile(backend="blockbuster")`` runs in
+    eager PyTorch (an operator Blockbuster does not lower, or a region it could not
+    compile); the message says which and why. Silence it with
+    ``warnings.filterwarnings("ignore", category=FallbackWarning)``."""
+
+
+def _report(message: str) -> None:
+    if os.environ.get("BLOCKBUSTER_VERBOSE"):
+        print(f"blockbuster: {message}")
+    warnings.warn(f"blockbuster: {message}", FallbackWarning, stacklevel=3)
+
+
 def compile_graph(gm, example_inputs: list, opts: CompileOptions):
     import torch
     from .capture import export
-    params = tuple(i for i, t in enumerate(example_inputs)
-                   if isinstance(t, torch.nn.Parameter))
-    ep = export(gm, tuple(example_inputs), strict=False)
+    params = _state_positions(gm, example_inputs)
+    try:
+        ep = export(gm, tuple(example_inputs), strict=False)
+    except ImportError_ as exc:
+        _report(f"the whole graph is left to PyTorch: {exc}")
+        return gm
     unsupported: set[str] = set()
     limit = sum(1 for _ in ep.graph.nodes)
     for _ in range(limit + 1):
         try:
             if not unsupported:
-                return WholeGraph(ep, example_inputs, params, opts)
+                try:
+                    return WholeGraph(ep, example_inputs, params, opts)
+                except ImportError_ as exc:
+                    if exc.node is not None:
+                        raise
+                    # nothing to blame: compile the graph as regions, each of which
+                    # is left to PyTorch alone if it cannot be compiled
             return _partitioned(ep, example_inputs, params, opts, unsupported)
         except ImportError_ as exc:
             if exc.node is None or exc.node in unsupported:
                 raise
-            if os.environ.get("BLOCKBUSTER_VERBOSE"):
-                print(f"blockbuster: left to PyTorch: {exc}")
+            _report(f"left to PyTorch: {exc}")
             unsupported.add(exc.node)              # stays in eager PyTorch
-    raise ImportError_("torch.compile: no part of the graph could be lowered")
+        except _NoRegion as exc:
+            _report(f"the whole graph is left to PyTorch: {exc}")
+            return gm
+    _report("the whole graph is left to PyTorch: no part of it could be lowered")
+    return gm
+
+
+class _NoRegion(Exception):
+    pass
+
+
+def _state_positions(gm, example_inputs) -> tuple:
+    """Positions of the inputs that are the module's state, not the caller's data:
+    parameters, and buffers (a rotary embedding's ``inv_freq``: what is computed
+    from them alone, such as the cos/sin tables, is then evaluated once at import)."""
+    import torch
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = []
+    for i, t in enumerate(example_inputs):
+        source = getattr(placeholders[i].meta.get("grapharg"), "source", None) \
+            if i < len(placeholders) else None
+        if isinstance(t, torch.nn.Parameter) or (
+                isinstance(t, torch.Tensor) and "._buffers[" in str(
+                    getattr(source, "name", ""))):
+            out.append(i)
+    return tuple(out)
 
 
 class CompiledRegion:
@@ -172,11 +219,30 @@ class CompiledRegion:
         return tune(tunable, backend, opts.tune)
 
     def _stamps(self, inputs) -> tuple:
-        return tuple((id(inputs[i]), inputs[i]._version) for i in self._params)
+        """What identifies the region's constant inputs: a parameter by identity and
+        version; a tensor computed outside the region from constants only (position
+        ids, a mask) by its values too, since it is a new tensor on every call."""
+        import torch
+        return tuple((id(t), t._version,
+                      None if isinstance(t, torch.nn.Parameter) else t.detach().clone())
+                     for t in (inputs[i] for i in self._params))
+
+    def _changed(self, inputs) -> bool:
+        import torch
+        for i, (ident, version, values) in zip(self._params, self._stamp):
+            t = inputs[i]
+            if id(t) == ident and t._version == version:
+                continue
+            if values is not None and isinstance(t, torch.Tensor) and \
+                    t.shape == values.shape and t.dtype == values.dtype and \
+                    torch.equal(t, values):
+                continue
+            return True
+        return False
 
     def __call__(self, *inputs):
         import torch
-        if self._stamps(inputs) != self._stamp:
+        if self._changed(inputs):
             self._build(list(inputs))               # a parameter changed: recompile
         user = [t for i, t in enumerate(inputs) if i not in self._params
                 and hasattr(t, "shape")]
@@ -222,7 +288,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
     import torch
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
-    from .lower import GraphSource, input_dependent, record_graph, record_values
+    from .lower import GraphSource, _flat_inputs, input_dependent, record_graph, record_values
 
     specs = ep.graph_signature.input_specs
     kind = {s.arg.name: s.kind.name for s in specs}
@@ -235,9 +301,12 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
                                             allows_single_node_partition=True
                                             ).propose_partitions()
     if not partitions:
-        raise ImportError_("torch.compile: no part of the graph could be lowered")
+        raise _NoRegion("no part of it could be lowered")
     fused_gm = fuse_by_partitions(gm, [{n: None for n in p.nodes} for p in partitions],
                                   always_return_tuple=True)
+    # the regions' arguments include the fuser's own getitem nodes (one region's
+    # output read by another): record the values of the fused graph's nodes too
+    recorded = {**recorded, **record_graph(fused_gm, _flat_inputs(ep, example_inputs))}
     for node in list(fused_gm.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
             continue
@@ -246,14 +315,24 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
         positions = tuple(i for i, a in enumerate(arg_names)
                           if a in param_names or a not in dynamic)
 
-        def source_of(inputs, sub=sub):
+        def source_of(inputs, sub=sub, positions=positions):
             kinds = {}
             for i, ph in enumerate(n for n in sub.graph.nodes if n.op == "placeholder"):
                 kinds[ph.name] = "PARAMETER" if i in positions else "USER_INPUT"
             values = record_graph(sub, inputs)
             return GraphSource(sub.graph, kinds, {n: n for n in kinds}, values)
         inputs = [recorded[a] for a in arg_names]
-        region = CompiledRegion(source_of, inputs, positions, opts, node.target)
+        try:
+            region = CompiledRegion(source_of, inputs, positions, opts, node.target)
+        except ImportError_ as exc:
+            if exc.node is not None:
+                raise                                  # that node stays in PyTorch
+            _report(f"a region of {len(sub.graph.nodes)} nodes is left to PyTorch: {exc}")
+            continue
+        except BlockbusterError as exc:                # a bug: say so, run eagerly
+            _report(f"a region of {len(sub.graph.nodes)} nodes is left to PyTorch "
+                    f"after an internal error: {type(exc).__name__}: {exc}")
+            continue
         setattr(fused_gm, node.target, _RegionModule(region))
     fused_gm.recompile()
     constants = {**ep.state_dict, **getattr(ep, "constants", {})}

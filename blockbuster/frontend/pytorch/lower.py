@@ -100,6 +100,8 @@ class Lowering:
         t = self.recorded.get(node.name)
         if t is None or not hasattr(t, "shape"):
             raise ImportError_(f"{node.name}: a constant that is not a tensor")
+        if t.numel() == 0:            # an empty cache, a zero-length slice
+            return aten.Empty(tuple(int(s) for s in t.shape))
         arr = t.detach().to("cpu").double().numpy() if t.dtype.is_floating_point or \
             t.dtype == _torch().bool else t.detach().to("cpu").numpy().astype(np.float64)
         if arr.size == 1 and (arr.ndim == 0 or self.kind.get(node.name) is None):
@@ -145,8 +147,14 @@ class Lowering:
         if handler is None:
             raise ImportError_(f"{where}: unsupported operator {target} "
                                f"(node {node.name})", node=node.name)
+        if _empty(node):              # e.g. the pass-through part of a full rotary
+            return aten.Empty(tuple(int(s) for s in node.meta["val"].shape))
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(a) for k, a in node.kwargs.items()}
+        if target not in aten.TAKES_EMPTY and any(
+                isinstance(a, aten.Empty) for a in _flat(args, kwargs)):
+            raise ImportError_(f"{where}: {target}: an empty tensor operand "
+                               f"(node {node.name})", node=node.name)
         try:
             out = handler(self, node, *args, **kwargs)
         except ImportError_ as exc:
@@ -171,7 +179,7 @@ class Lowering:
         bounds, names = [], []
         for i, node in enumerate(outputs):
             v = self.value(node) if node is not None else None
-            if v is None or v.loader is None:
+            if v is None or isinstance(v, aten.Empty) or v.loader is None:
                 raise ImportError_(f"output {i} is not a tensor computed from the inputs")
             name = v.array
             if not _plain(v, self.k) or name in names or name in self.weights or \
@@ -183,6 +191,18 @@ class Lowering:
             names.append(v.array)
             bounds.append(Boundary(v.array, v.shape))
         return tuple(bounds)
+
+
+def _empty(node) -> bool:
+    val = node.meta.get("val")
+    return hasattr(val, "shape") and hasattr(val, "numel") and val.numel() == 0
+
+
+def _flat(args, kwargs) -> list:
+    out = []
+    for a in list(args) + list(kwargs.values()):
+        out.extend(a if isinstance(a, (list, tuple)) else [a])
+    return out
 
 
 def _plain(v: Value, k: KernelEmitter) -> bool:
@@ -217,7 +237,11 @@ def input_dependent(graph, kind: dict) -> set:
 
 def record_values(ep, example_inputs) -> dict:
     """Every node's value at the example inputs (constants fold from these)."""
-    gm = ep.graph_module
+    return record_graph(ep.graph_module, _flat_inputs(ep, example_inputs))
+
+
+def _flat_inputs(ep, example_inputs) -> list:
+    """The arguments of ``ep.graph_module``: user inputs, parameters, buffers."""
     state = {**ep.state_dict, **getattr(ep, "constants", {})}
     args = []
     user = iter(example_inputs)
@@ -226,7 +250,7 @@ def record_values(ep, example_inputs) -> dict:
             args.append(next(user))
         else:
             args.append(state[spec.target])
-    return record_graph(gm, args)
+    return args
 
 
 def record_graph(gm, args) -> dict:
@@ -248,7 +272,14 @@ def record_graph(gm, args) -> dict:
 def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
     planner = DimPlanner(blocks)
     Lowering(source, planner, name).run()                 # plan the dimensions
-    planner.resolve()
+    try:
+        planner.resolve()
+    except ImportError_ as exc:            # blame the node (and the model's line)
+        node = next((n for n in source.graph.nodes if n.name == exc.node), None)
+        if node is None:
+            raise
+        raise ImportError_(f"{source_line(node)}: {node.target}: {exc}",
+                           node=exc.node) from None
     low = Lowering(source, planner, name)
     outputs = low.run()
     k = low.k

@@ -15,6 +15,8 @@ array: no kernel, no copy. The fusion rules see exactly what the kernels read.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -286,6 +288,9 @@ def merge_view(planner: Planner, v: Value, at: int, merged, what: str) -> Value:
         return _replace_axes(v, at, 2, size, (merged,), loader)
     if v.order[-1:] != (at + 1,):
         raise TensorError(f"{what}: only heads in the last axis of a block merge")
+    if not d1.point:
+        raise TensorError(f"{what}: merging two tiled axes ({d1.name} × {d2.name}) is "
+                          f"not supported (only heads × head columns, or point axes)")
 
     per_head = d2.nblocks                            # column blocks per head
 
@@ -344,11 +349,27 @@ def slice_axis(planner: Planner, v: Value, axis: int, start, end, step, what: st
     cls = v.axes[axis]
     if cls is None:
         return _replace_axes(v, axis, 1, (length,), (None,), None)
+    if length == 1:
+        return _pick(planner, v, axis, start, what)
     part = planner.new(length, "")
-    planner.link_slice(cls, part, what)
+    planner.link_slice(cls, part, what, math.gcd(start, end if end != n else 0))
     if planner.planning:
         return _replace_axes(v, axis, 1, (length,), (part,), _dummy)
     return slice_view(planner, v, axis, start, end, part, what)
+
+
+def _pick(planner: Planner, v: Value, axis: int, at: int, what: str) -> Value:
+    """``v[..., at:at+1, ...]`` of a point axis: a size-1 (broadcast) axis, like any
+    other size-1 axis (a multi-query attention's one key head broadcasts)."""
+    if planner.planning:
+        return _replace_axes(v, axis, 1, (1,), (None,), _dummy)
+    if not planner.dim(v.axes[axis]).point:
+        raise TensorError(f"{what}: a single element [{at}] of an axis tiled in "
+                          f"blocks (only whole blocks can be sliced)")
+
+    def loader(index: Index) -> Expr:
+        return v.load(tuple(index[:axis]) + (IConst(at),) + tuple(index[axis + 1:]))
+    return _replace_axes(v, axis, 1, (1,), (None,), loader)
 
 
 def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part,

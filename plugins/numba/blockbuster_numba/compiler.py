@@ -272,6 +272,8 @@ def _kernel_array(value, dtype: np.dtype) -> np.ndarray:
     """C-contiguous and writeable, of the kernels' dtype: Numba's compiled signatures
     reject read-only arrays (a raw TypeError), so those are copied too."""
     arr = np.ascontiguousarray(value, dtype=dtype)
+    if np.ndim(value) == 0:                # ascontiguousarray makes a 0-d array 1-d
+        arr = arr.reshape(())
     return arr if arr.flags.writeable else arr.copy()
 
 

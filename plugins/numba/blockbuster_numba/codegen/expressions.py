@@ -88,8 +88,8 @@ def emit_load(g, node: Expr, frame: Frame) -> Block:
     while subs and subs[-1] == ":" and len(subs) > 1:
         subs.pop()   # X[a:b] is typed C-contiguous by Numba, X[a:b, :] is not
     arg = g.m.arg_names[array]
-    if not axes:   # every dimension a point: a scalar element
-        return Block((), name=f"{arg}[{', '.join(subs)}]", frame=frame)
+    if not axes:   # every dimension a point: a scalar element (0-d: ``a[()]``)
+        return Block((), name=f"{arg}[{', '.join(subs) or '()'}]", frame=frame)
     name = g.names.fresh(f"{array}_blk")
     frame.lines.append(f"{name} = {arg}[{', '.join(subs)}]")
     return Block(axes, name=name, frame=frame, contig=contig, hint=array)

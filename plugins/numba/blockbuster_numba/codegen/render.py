@@ -78,6 +78,8 @@ def split_parallel_loop(lines: list[str]):
 
 def array_type(m, name: str) -> str:
     rank = len(m.array_dims[name])
+    if rank == 0:                                   # a 0-d array (a scalar tensor)
+        return f"Array({m.dtype}, 0, 'C')"
     return f"{m.dtype}[{', '.join([':'] * (rank - 1) + ['::1'])}]"
 
 

@@ -123,8 +123,8 @@ def dest_view(g, array: str, blocks, frame: Frame):
     subs, axes = g.x.block_subscripts(blocks, g.m.array_dims[array])
     while len(subs) > 1 and subs[-1] == ":":
         subs.pop()
-    if not axes:
-        return f"{arg}[{', '.join(subs)}]", ()
+    if not axes:                  # a scalar element (of a 0-d array: ``a[()]``)
+        return f"{arg}[{', '.join(subs) or '()'}]", ()
     view = g.names.fresh(array + "_out")
     frame.lines.append(f"{view} = {arg}[{', '.join(subs)}]")
     return view, tuple(axes)

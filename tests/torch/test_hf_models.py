@@ -1,0 +1,108 @@
+"""Hugging Face models built from their config classes (tiny sizes, random weights,
+no downloads), imported whole: what a user brings. Each matches the model's own
+eager output in float64 (unfused, on the reference backend: the import is what is
+checked here; fusion of such layers is checked in test_hf_layers.py)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from helpers_torch import max_rel_error, run_imported
+
+transformers = pytest.importorskip("transformers")
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+class LastHidden(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids).last_hidden_state
+
+
+def _check(model, x, tol=2e-5):
+    """The imported program (unfused, reference backend) against the model in
+    float64 (token ids stay integers)."""
+    import copy
+    model.eval()
+    got, _, _ = run_imported(model, x)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x if not x.is_floating_point() else x.double())
+    assert max_rel_error(got[0], want.numpy()) < tol
+
+
+def test_phi3_model_with_its_empty_cache_and_a_sliding_window():
+    """A whole model called as users call it: ``use_cache`` defaults to True, so the
+    keys are concatenated to an empty cache (a constant with no elements); the
+    rotary embedding covers the whole head, so its pass-through slice is empty; a
+    window shorter than the sequence makes the boolean mask non-causal."""
+    from transformers import Phi3Config, Phi3Model
+    cfg = Phi3Config(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                     num_key_value_heads=1, num_hidden_layers=1, vocab_size=50,
+                     pad_token_id=0, sliding_window=5, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    _check(LastHidden(Phi3Model(cfg)), torch.randint(0, 50, (1, 13)))
+
+
+def test_falcon_layer_multi_query():
+    """One key/value head picked out of the fused projection by list indexing
+    (``qkv[..., [-2], :]``): a size-1 slice, broadcast over the query heads."""
+    from transformers import FalconConfig
+    from transformers.models.falcon.modeling_falcon import (FalconDecoderLayer,
+                                                            FalconRotaryEmbedding)
+    cfg = FalconConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=1,
+                       vocab_size=50, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    assert cfg.multi_query
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = FalconDecoderLayer(cfg, 0)
+            self.rope = FalconRotaryEmbedding(cfg)
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1]).unsqueeze(0)
+            out = self.layer(x, alibi=None, attention_mask=None, position_ids=pos,
+                             position_embeddings=self.rope(x, pos))
+            return out[0] if isinstance(out, tuple) else out
+    _check(Layer(), torch.randn(1, 13, 32) * 3)
+
+
+def test_gpt_neox_layer_under_torch_compile_falls_back_where_it_must(monkeypatch, tmp_path):
+    """A partial rotary embedding (a quarter of each head rotated, the rest passed
+    through) is not lowered: those parts run in PyTorch, each with a warning that
+    says why, and the output still matches eager (no crash)."""
+    from transformers import GPTNeoXConfig
+    from transformers.models.gpt_neox.modeling_gpt_neox import (GPTNeoXLayer,
+                                                                GPTNeoXRotaryEmbedding)
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path))
+    cfg = GPTNeoXConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                        num_hidden_layers=1, vocab_size=50, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.rope = GPTNeoXLayer(cfg, 0), GPTNeoXRotaryEmbedding(cfg)
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1]).unsqueeze(0)
+            out = self.layer(x, position_embeddings=self.rope(x, pos))
+            return out[0] if isinstance(out, tuple) else out
+    model = Layer().eval()
+    x = torch.randn(1, 13, 64)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with pytest.warns(FallbackWarning, match="left to PyTorch"), torch.no_grad():
+        got = compiled(x)
+    with torch.no_grad():
+        assert max_rel_error(got.numpy(), model(x).numpy()) < 1e-5
+    torch._dynamo.reset()
