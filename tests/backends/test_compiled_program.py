@@ -98,17 +98,27 @@ def test_ill_formed_program_is_rejected_at_compile():
         reference.compile(bad)
 
 
-def test_out_of_range_load_is_a_backend_error(rng):
-    program = parse_program("""
-        program shifted
-        dim M = 6 block 2
-        input X[M]
-        output Y[M]
-        kernel k for i in M:
-          Y[i] = X[i + 1]
-        """)
-    message = one_line_error(reference.compile(program), X=rng.normal(size=6))
-    assert "reads block 3 of M, which has 3 blocks" in message
+SHIFTED = """
+    program shifted
+    dim M = 6 block 2
+    input X[M]
+    output Y[M]
+    kernel k for i in M:
+      Y[i] = X[i + 1]
+    """
+
+
+def test_out_of_range_load_is_refused_by_the_verifier():
+    with pytest.raises(IRError, match=r"index i \+ 1 reads block 3 of M, which has 3 "
+                                      r"blocks \(0\.\.2\), at i=2"):
+        parse_program(SHIFTED)
+
+
+def test_out_of_range_load_unchecked_is_refused_by_the_backend():
+    """A program built without the verifier is still refused before it runs."""
+    program = parse_program(SHIFTED, check=False)
+    with pytest.raises(IRError, match="reads block 3 of M, which has 3 blocks"):
+        reference.compile(program)
 
 
 def test_ragged_extent_mismatch_is_a_backend_error(rng):

@@ -288,7 +288,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
     import torch
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
-    from .lower import GraphSource, _flat_inputs, input_dependent, record_graph, record_values
+    from .lower import GraphSource, flat_inputs, input_dependent, record_graph, record_values
 
     specs = ep.graph_signature.input_specs
     kind = {s.arg.name: s.kind.name for s in specs}
@@ -306,7 +306,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
                                   always_return_tuple=True)
     # the regions' arguments include the fuser's own getitem nodes (one region's
     # output read by another): record the values of the fused graph's nodes too
-    recorded = {**recorded, **record_graph(fused_gm, _flat_inputs(ep, example_inputs))}
+    recorded = {**recorded, **record_graph(fused_gm, flat_inputs(ep, example_inputs))}
     for node in list(fused_gm.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
             continue

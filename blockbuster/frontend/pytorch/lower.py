@@ -237,10 +237,10 @@ def input_dependent(graph, kind: dict) -> set:
 
 def record_values(ep, example_inputs) -> dict:
     """Every node's value at the example inputs (constants fold from these)."""
-    return record_graph(ep.graph_module, _flat_inputs(ep, example_inputs))
+    return record_graph(ep.graph_module, flat_inputs(ep, example_inputs))
 
 
-def _flat_inputs(ep, example_inputs) -> list:
+def flat_inputs(ep, example_inputs) -> list:
     """The arguments of ``ep.graph_module``: user inputs, parameters, buffers."""
     state = {**ep.state_dict, **getattr(ep, "constants", {})}
     args = []
