@@ -198,7 +198,6 @@ class Engine:
                  step_check: Callable[[Step], None] | None = None, use_index: bool = True,
                  budget: Budget | None = None, check_each_step: bool = False):
         self.compiled = _compiled(rules)
-        self.rules = rules
         # False: steps are not verified one by one; the result is, and a run whose
         # result is ill-formed (or that fails) is run again checking every step, so
         # the error names the rule that broke the program. Same steps, same result:
@@ -291,7 +290,7 @@ class Engine:
         except Exception:       # noqa: BLE001 -- rerun checked: the error names the rule
             if budget is not None:
                 budget.steps_left, budget.exhausted = saved
-            return Engine(self.rules, self.limits, hardware=self.hardware,
+            return Engine(self.compiled.rules, self.limits, hardware=self.hardware,
                           use_index=self.use_index, budget=budget,
                           check_each_step=True).run(program)
 

@@ -158,12 +158,18 @@ class PositionsAroundABreak(torch.nn.Module):
         return self.lin(x) * torch.sigmoid(freqs)
 
 
-def test_regions_keep_their_own_inputs_when_called_again(monkeypatch):
+def _record_region_builds(monkeypatch) -> list:
+    """The names of the compiled regions, one entry each time a region is built."""
     from blockbuster.frontend.pytorch import dynamo
     builds = []
     real = dynamo.CompiledRegion._build
     monkeypatch.setattr(dynamo.CompiledRegion, "_build",
                         lambda self, inputs: (builds.append(self._name), real(self, inputs)))
+    return builds
+
+
+def test_regions_keep_their_own_inputs_when_called_again(monkeypatch):
+    builds = _record_region_builds(monkeypatch)
     model = PositionsAroundABreak().eval()
     x = torch.randn(1, 19, 24)
     compiled = torch.compile(model, backend="blockbuster",
@@ -240,10 +246,7 @@ class RotaryTable(torch.nn.Module):
 def test_buffers_are_state_and_fold_at_import(monkeypatch):
     import warnings
     from blockbuster.frontend.pytorch import dynamo
-    builds = []
-    real = dynamo.CompiledRegion._build
-    monkeypatch.setattr(dynamo.CompiledRegion, "_build",
-                        lambda self, inputs: (builds.append(self._name), real(self, inputs)))
+    builds = _record_region_builds(monkeypatch)
     model = RotaryTable().eval()
     x = torch.randn(2, 19, 24)
     compiled = torch.compile(model, backend="blockbuster",
