@@ -10,7 +10,7 @@ import pytest
 from blockbuster.checks.soundness import check_rule, check_rewrite, mismatch
 from blockbuster.dsl.loader import load_rules, load_rules_text, shipped_rulesets_dir
 from blockbuster.ir.index import IConst
-from blockbuster.rewrite import actions
+from blockbuster.rewrite import action_inline
 
 HERE = Path(__file__).parent
 UNSOUND = load_rules(HERE / "unsound.bbr")
@@ -93,14 +93,14 @@ def test_malformed_rules_are_load_errors_with_a_location(text):
 
 def test_inline_across_mismatched_indices_is_caught(monkeypatch):
     """A broken inline that reads the producer at a different block index."""
-    real = actions.producer_value_at
+    real = action_inline.producer_value_at     # patched where inline calls it
 
     def skewed(program, load):
         attr = load.attr
         shifted = attr.__class__(attr.array, (IConst(0),) + attr.index[1:])
         return real(program, load.replace(attr=shifted))
 
-    monkeypatch.setattr(actions, "producer_value_at", skewed)
+    monkeypatch.setattr(action_inline, "producer_value_at", skewed)
     rules = load_rules_text("rule inline_all: apply inline(X) if intermediate(X)\n")
     finding = check_rule(rules.rules["inline_all"])
     assert not finding.sound and "changed" in finding.detail and "attention" in finding.detail

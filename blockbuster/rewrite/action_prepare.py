@@ -1,0 +1,93 @@
+"""The ``prepare_weights`` action: an expression of weights only moves into a kernel
+of its own, run once (weight preparation)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..ir.expr import Expr, LoadAttr
+from ..ir.index import IVar
+from ..ir.program import Kernel, Program
+from .action_base import Application
+from .subst import replace_in_kernel
+
+
+# --- prepare_weights (weight preparation) ------------------------------------------
+
+_NOT_PREPARED = ("reduce", "map", "get", "runmax", "pos", "proj", "pvar")
+
+
+def find_prepare_weights(program: Program) -> Iterator[Application]:
+    """Expressions of weights only (e.g. ``rowscale(gamma[k], W[k, n])``, a weight
+    with its norm gain folded in) that a kernel recomputes: each may be precomputed
+    once into an array of its own by a kernel of its own (weight preparation)."""
+    inputs = set(program.weights)
+    for kernel in program.kernels:
+        seen: set = set()
+        for store in kernel.stores:
+            for node in store.value.walk():
+                if node in seen or node.op in ("load", "const"):
+                    continue
+                seen.add(node)
+                layout = _prep_layout(program, node, inputs)
+                if layout is not None:
+                    yield Application(kernel.name, node, None, {},
+                                      lambda k=kernel, n=node, l=layout: _prepare(program, k, n, l))
+
+
+def _prep_layout(program: Program, node: Expr, inputs: set) -> list | None:
+    """[(var, dim)] for the array the value of ``node`` can be stored in, or None."""
+    from ..ir.verify import TypeChecker
+    var_dim: dict[str, str] = {}
+    # A sum over a whole dimension is prepared with it (the column sums of a weight,
+    # ``sum(k in K: colsum(rowscale(beta[k], W[k, n])))``); its variable indexes no
+    # axis of the prepared array.
+    bound = {n.attr.var: n.attr.dim for n in node.walk() if n.op == "reduce"}
+    if set(bound) & node.free_vars:
+        return None
+    for n in node.walk():
+        if n.op == "reduce":
+            if n.attr.lo is not None or n.attr.hi is not None:
+                return None
+        elif n.op in _NOT_PREPARED:
+            return None
+        if n.op == "load":
+            if n.attr.array not in inputs:
+                return None
+            for ix, dim in zip(n.attr.index, program.array(n.attr.array).dims):
+                if not isinstance(ix, IVar):
+                    return None
+                if ix.name in bound:
+                    if bound[ix.name] != dim:
+                        return None
+                elif var_dim.setdefault(ix.name, dim) != dim:
+                    return None
+    if not any(n.op == "load" for n in node.walk()):
+        return None
+    try:
+        t = TypeChecker(program).type_of(node, {v: (d, None) for v, d in var_dim.items()})
+    except Exception:
+        return None
+    dims = program.dim_map
+    axes = list(getattr(t, "axes", ()))
+    if not axes or len(set(axes)) != len(axes) or any(dims[a].point for a in axes):
+        return None
+    by_dim = {d: v for v, d in var_dim.items()}
+    if len(by_dim) != len(var_dim) or set(by_dim) != set(axes):
+        return None                  # every variable must index one axis of the value
+    return [(by_dim[a], a) for a in axes]
+
+
+def _prepare(program: Program, kernel: Kernel, node: Expr, layout: list) -> Program:
+    from ..ir.program import Store
+    from ..ir.types import GlobalArray
+    taken = {a.name for a in program.arrays} | {k.name for k in program.kernels}
+    n = 1
+    while f"prep{n}" in taken:
+        n += 1
+    name = f"prep{n}"
+    prep = Kernel(name, tuple(layout), (Store(name, tuple(IVar(v) for v, _ in layout), node),))
+    load = Expr("load", (), LoadAttr(name, tuple(IVar(v) for v, _ in layout)))
+    replaced = replace_in_kernel(program, kernel, {node: load})
+    return replaced.evolve(kernels=(prep,) + replaced.kernels,
+                           arrays=replaced.arrays + (GlobalArray(name, tuple(d for _, d in layout)),))
