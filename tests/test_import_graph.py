@@ -123,8 +123,15 @@ def test_the_graph_sees_lazy_and_relative_imports():
     assert "blockbuster.cost.model" in graph["blockbuster.rewrite.guards"]   # in a function
 
 
+#: The command line: ``cli.py`` (parsing, exit statuses) and its modules, one per
+#: subcommand (``cli_run``...) and what they share (``cli_common``, ``cli_args``).
+COMMAND_LINE = {"blockbuster.cli", "blockbuster.__main__", "blockbuster.cli_args",
+                "blockbuster.cli_common", "blockbuster.cli_run", "blockbuster.cli_show",
+                "blockbuster.cli_import", "blockbuster.cli_lists", "blockbuster.cli_rules"}
+
 #: Entry points that sit above the public API and may use it as any user does.
-ABOVE_THE_API = {"blockbuster.cli", "blockbuster.__main__"}
+ABOVE_THE_API = {"blockbuster.cli", "blockbuster.__main__", "blockbuster.cli_run",
+                 "blockbuster.cli_show", "blockbuster.cli_import"}
 
 
 def test_modules_below_the_facade_do_not_import_it():
@@ -133,6 +140,17 @@ def test_modules_below_the_facade_do_not_import_it():
     graph = import_graph()
     users = sorted(m for m, deps in graph.items() if "blockbuster" in deps)
     assert set(users) <= ABOVE_THE_API, users
+    assert ABOVE_THE_API <= COMMAND_LINE
+
+
+def test_only_the_command_line_imports_its_modules():
+    """The subcommands' modules are the command line's own: no module below it (and
+    no new ``cli_*`` module left out of :data:`COMMAND_LINE`) imports them."""
+    graph = import_graph()
+    cli = {m for m in graph if m.split(".")[-1].startswith("cli") or m.endswith("__main__")}
+    assert cli == COMMAND_LINE, sorted(cli ^ COMMAND_LINE)
+    users = sorted(m for m, deps in graph.items() if deps & cli and m not in COMMAND_LINE)
+    assert users == [], users
 
 
 # --- no module reaches into another module's private names ---------------------------
