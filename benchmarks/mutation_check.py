@@ -84,7 +84,8 @@ MUTATIONS = [
              'f"{alpha}[r] = exp_({m}[r] - {sn})"', 'f"{alpha}[r] = exp_({sn} - {sn})"',
              ("tests/conformance/test_stateful_combiners.py",)),
     # --- verifier --------------------------------------------------------------------
-    Mutation("verifier accepts unbound block index variables", ("blockbuster/ir/verify.py",),
+    Mutation("verifier accepts unbound block index variables",
+             ("blockbuster/ir/typecheck.py", "blockbuster/ir/verify.py"),
              "            if v not in scope:", "            if False:",
              ("tests/ir/test_verifier.py",)),
     # --- matcher ---------------------------------------------------------------------

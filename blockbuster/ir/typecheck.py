@@ -1,0 +1,160 @@
+"""Type inference for block expressions: :class:`TypeChecker` types an expression in
+the scope of its kernel (ranks, dimension agreement, combiner arities, bound block
+indices), :class:`LenientTypeChecker` one out of its kernel; both fail with an
+:class:`~blockbuster.errors.IRError` naming the node (:func:`snippet`)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..errors import IRError
+from .combiners import COMBINERS
+from .expr import Expr
+from .index import IVar, Idx, free_vars as idx_free_vars
+from .ops import OPS, OpTypeError, check_arity
+from .program import Program
+from .types import SCALAR, ArrayType, BlockType, TupleType
+
+
+# A scope maps a bound variable to (dimension, rows of its running max or None).
+Scope = Mapping[str, tuple[str, str | None]]
+
+
+def snippet(e: Expr) -> str:
+    from .printer import format_expr
+    text = format_expr(e)
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+class TypeChecker:
+    """Types expressions in the context of one program."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.dims = program.dim_map
+        self.arrays = program.array_map
+        self._memo: dict = {}
+
+    def block_type_of_array(self, name: str) -> BlockType:
+        return BlockType(tuple(d for d in self.arrays[name].dims if not self.dims[d].point))
+
+    def type_of(self, e: Expr, scope: Scope, where: str = ""):
+        key = (e, tuple(sorted((v, scope[v]) for v in e.free_vars if v in scope)))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        t = self._infer(e, scope, where)
+        self._memo[key] = t
+        return t
+
+    def _fail(self, e: Expr, where: str, message: str):
+        raise IRError(f"{where}: {message} in `{snippet(e)}`")
+
+    def _check_index(self, e: Expr, ix: Idx, dim: str | None, scope: Scope, where: str):
+        for v in idx_free_vars(ix):
+            if v not in scope:
+                self._fail(e, where, f"block index variable '{v}' is not bound here "
+                                     "(loads and positions must sit inside a kernel's loops)")
+        if dim is not None and isinstance(ix, IVar) and scope[ix.name][0] != dim:
+            self._fail(e, where, f"index '{ix.name}' runs over {scope[ix.name][0]} "
+                                 f"but indexes dimension {dim}")
+
+    def _infer(self, e: Expr, scope: Scope, where: str):
+        op = e.op
+        if op not in OPS:
+            self._fail(e, where, f"unknown operator '{op}'")
+        if op == "load":
+            name = e.attr.array
+            if name not in self.arrays:
+                self._fail(e, where, f"load of unknown array '{name}'")
+            dims = self.arrays[name].dims
+            if len(e.attr.index) != len(dims):
+                self._fail(e, where, f"array {name} has rank {len(dims)} but is indexed "
+                                     f"with {len(e.attr.index)} subscripts")
+            for ix, d in zip(e.attr.index, dims):
+                self._check_index(e, ix, d, scope, where)
+            return self.block_type_of_array(name)
+        if op == "const":
+            return SCALAR
+        if op == "pos":
+            if e.attr.dim not in self.dims:
+                self._fail(e, where, f"unknown dimension '{e.attr.dim}'")
+            self._check_index(e, e.attr.index, e.attr.dim, scope, where)
+            return BlockType((e.attr.dim,))
+        if op == "runmax":
+            var = e.attr
+            if var not in scope or scope[var][1] is None:
+                self._fail(e, where, f"runmax({var}) outside an online_softmax over '{var}'")
+            return BlockType((scope[var][1],))
+        if op == "reduce":
+            return self._infer_reduce(e, scope, where)
+        if op == "get":
+            array = self.type_of(e.args[0], scope, where)
+            if not isinstance(array, ArrayType):
+                self._fail(e, where, f"get needs a map array, got {array}")
+            if e.attr not in scope:
+                self._fail(e, where, f"block index variable '{e.attr}' is not bound here")
+            if scope[e.attr][0] != array.dim:
+                self._fail(e, where, f"get: '{e.attr}' runs over {scope[e.attr][0]}, "
+                                     f"the array over {array.dim}")
+            return array.elem
+        if op == "map":
+            var, dim = e.attr.var, e.attr.dim
+            if dim not in self.dims:
+                self._fail(e, where, f"unknown dimension '{dim}'")
+            inner = dict(scope)
+            inner[var] = (dim, None)
+            return ArrayType(dim, self.type_of(e.args[0], inner, where))
+        message = check_arity(op, len(e.args))
+        if message:
+            self._fail(e, where, message)
+        arg_types = [self.type_of(a, scope, where) for a in e.args]
+        if op != "proj" and any(isinstance(t, (TupleType, ArrayType)) for t in arg_types):
+            self._fail(e, where, f"'{op}' cannot take a multi-output reduction or a map "
+                                 "array (use proj, or push the operation into the map)")
+        try:
+            return OPS[op].result_type(arg_types, e.attr)
+        except OpTypeError as err:
+            self._fail(e, where, f"{op}: {err}")
+
+    def _infer_reduce(self, e: Expr, scope: Scope, where: str):
+        a = e.attr
+        comb = COMBINERS.get(a.combiner)
+        if comb is None:
+            self._fail(e, where, f"unknown combiner '{a.combiner}'")
+        if a.dim not in self.dims:
+            self._fail(e, where, f"unknown dimension '{a.dim}'")
+        n = len(e.args)
+        if not comb.arity_ok(n):
+            self._fail(e, where, f"combiner '{a.combiner}' needs at least "
+                                 f"{comb.head + comb.min_passengers} bodies, got {n}")
+        for bound in (a.lo, a.hi):
+            if bound is not None:
+                self._check_index(e, bound, None, scope, where)
+        inner = dict(scope)
+        inner[a.var] = (a.dim, None)
+        first = self.type_of(e.args[0], inner, where)
+        if a.combiner == "online_softmax":
+            if isinstance(first, BlockType) and len(first.axes) == 2:
+                inner[a.var] = (a.dim, first.axes[0])
+            else:
+                self._fail(e, where, f"online_softmax logits must be a 2-D block, got {first}")
+        types = [first] + [self.type_of(b, inner, where) for b in e.args[1:]]
+        try:
+            outs = comb.output_types(types)
+        except OpTypeError as err:
+            self._fail(e, where, f"{a.combiner}: {err}")
+        return outs[0] if len(outs) == 1 else TupleType(tuple(outs))
+
+
+class LenientTypeChecker(TypeChecker):
+    """Types a sub-expression out of its kernel (a rule pattern's instance, a guard's
+    argument): block indices are not checked against any scope."""
+
+    def _check_index(self, e, ix, dim, scope, where):
+        return None
+
+    def type_out_of_context(self, e: Expr):
+        """The type of ``e`` with each free variable taken as bound, over no known
+        dimension (``IRError`` if ill-typed)."""
+        return self.type_of(e, {v: ("?", "?") for v in e.free_vars})
