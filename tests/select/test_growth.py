@@ -11,7 +11,7 @@ from blockbuster.dsl.loader import default_rules
 from blockbuster.frontend.builder import GraphBuilder
 from blockbuster.rewrite.engine import Engine
 from blockbuster.select.extract import segment_program
-from blockbuster.select.selection import DEFAULT_WINDOW, Selector
+from blockbuster.select.selection import DEFAULT_MAX_KERNELS, DEFAULT_WINDOW, Selector
 
 HW = bb.cost.DEFAULT_HARDWARE
 EPS = 1e-5
@@ -87,7 +87,7 @@ def _fuse(program):
 @pytest.mark.parametrize("build", [ln_matmul_gelu, two_layer_norms])
 def test_longer_than_a_seed_yet_one_kernel_with_no_intermediate(build):
     program = build()
-    assert len(program.kernels) > DEFAULT_WINDOW      # selection, not one engine run
+    assert len(program.kernels) > DEFAULT_MAX_KERNELS      # selection, not one engine run
     result = _fuse(program)
     assert len(result.program.kernels) == 1
     assert result.program.intermediates == ()
