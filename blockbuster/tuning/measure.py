@@ -11,7 +11,10 @@ the time it takes:
   defaults beat); a later one is started only while less than ``budget_s`` seconds
   have passed since the first started;
 * a candidate stops after one timed call when that call is more than ``SLOWER``
-  times the best time so far, and its repeats stop once the budget is spent.
+  times the best time so far; its repeats stop once its timed calls add up to
+  ``ENOUGH_S`` (a call of a second or more is timed twice, not three times: its
+  time is steady, and the next candidate's compile is what the budget is for), and
+  once the budget is spent.
 
 So tuning takes at most the budget plus, for the candidates always measured and the
 one running when the budget ends, one compile and two calls each.
@@ -32,7 +35,11 @@ from collections.abc import Callable
 MAX_CANDIDATES = 5
 ALWAYS = 2
 REPEATS = 3
-SLOWER = 2.0
+#: A first call this much slower than the best so far is not repeated: first calls
+#: run at most some 10-20 % slower than later ones (first touch of the outputs).
+SLOWER = 1.3
+#: Timed calls stop once they add up to this many seconds (two calls at least).
+ENOUGH_S = 2.0
 
 
 def wall_timer(compiled, inputs) -> float:
@@ -74,7 +81,8 @@ def measure(programs: list, compile_fn: Callable, make_inputs: Callable,
             times = [timer(compiled, inputs)]
             best = min((t for t in results if t is not None), default=None)
             clearly_slower = best is not None and times[0] > SLOWER * best
-            while not clearly_slower and len(times) < repeats and within_budget():
+            while (not clearly_slower and len(times) < repeats and within_budget()
+                   and (len(times) < 2 or sum(times) < ENOUGH_S)):
                 times.append(timer(compiled, inputs))
             results[i] = min(times)
         except Exception:          # noqa: BLE001 - a candidate that fails is not chosen

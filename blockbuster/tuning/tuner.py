@@ -231,8 +231,10 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
     if mode == "measure":
         from ..validate import random_inputs
         # The defaults go second (always measured: never beaten unseen), the wide
-        # assignments next.
+        # assignments next, the one the model prices lowest first (the budget may
+        # end before the last is measured).
         others = [r for r in ranked if _key(r[0]) != _key(initial)]
+        wide.sort(key=lambda found: found[1].seconds)
         ranked = (others[:1] + [(initial, model(base, hardware, constraints))]
                   + [(b, m) for b, m, _ in wide] + others[1:])
         programs = [by_key[_key(b)] for b, _ in ranked]

@@ -72,6 +72,18 @@ def test_measure_stops_at_the_budget_and_skips_clearly_slower_repeats():
     assert result[3] is None
 
 
+def test_long_calls_are_timed_twice_and_short_ones_three_times():
+    calls = []
+
+    def timer(compiled, inputs):
+        calls.append(compiled)
+        return {"slow": 1.5, "fast": 0.01}[compiled]
+    result = measure(["slow", "fast"], lambda p: p, lambda p: {}, budget_s=1e9,
+                     timer=timer, repeats=3)
+    assert result == [1.5, 0.01]
+    assert calls.count("slow") == 2 and calls.count("fast") == 3
+
+
 def test_a_failing_candidate_is_not_chosen():
     def compile_fn(p):
         if p == "bad":
@@ -124,6 +136,21 @@ def test_a_wide_assignment_is_measured_and_can_win():
     assert tuned.blocks == wide[0] and blocks_of(tuned.program, sizes) == wide[0]
     order = [b for i, b in enumerate(seen) if b not in seen[:i]]
     assert order.index(wide[0]) == 2      # after the favourite and the defaults
+
+
+def test_wide_assignments_are_measured_cheapest_modeled_first():
+    # The budget may end among them: the one the model prices lowest goes first
+    # (here the second of wide_assignments, the narrower one).
+    sizes = {"M": 3000, "K": 1100, "N": 130}
+    hw = machine()
+    tunable = workload_tunable("layernorm_matmul", sizes, {}, fuser(None, hw))
+    wide = wide_assignments(sizes, hw.cores, NUMBA)
+    assert len(wide) == 2
+    tuned = tune(tunable, WrappedBackend(hw, NUMBA), "measure", timer=lambda c, i: 1.0,
+                 budget_s=1e9, use_cache=False)
+    measured = [c for c in tuned.candidates if c["blocks"] in wide]
+    assert [c["blocks"] for c in measured] == [wide[1], wide[0]]
+    assert measured[0]["modeled_s"] < measured[1]["modeled_s"]
 
 
 def test_no_wide_assignments_where_the_local_capacity_is_hard():
