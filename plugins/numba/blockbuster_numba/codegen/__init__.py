@@ -3,7 +3,9 @@
 Nothing here knows a workload or a rule: the generator walks the IR, in stages, one
 module each (their docstrings say how each works):
 
-1. :mod:`.analyse` — the kernel's stores with one-block loops removed; use counts.
+1. :mod:`.analyse` — the kernel's stores with one-block loops removed; use counts;
+   :mod:`.hoist` — a fused reduction's bodies that the serial loops do not change,
+   split off to be computed once.
 2. :mod:`.place` — which loop computes each node (CSE and hoisting; the core
    placement rule the cost model shares).
 3. :mod:`.schedule` — the kernel's loops: ``prange`` split, the parallel decision,

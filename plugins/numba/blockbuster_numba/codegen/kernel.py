@@ -15,6 +15,7 @@ from blockbuster.ir.program import Kernel
 from .analyse import Analysis
 from .expressions import emit
 from .extents import Extents
+from .hoist import hoist_invariant_bodies
 from .place import memo_key, target_frame
 from .plan import PlannedLoad
 from .render import kernel_function
@@ -31,10 +32,7 @@ class KernelGenerator:
         self.args = module.kernel_args(kernel)
         self.names = Namer(parent=module.module_names, record=module.local_names)
         self.x = Extents(self.names)
-        analysis = Analysis(kernel.stores, self.dims)
-        self.stores = analysis.stores
-        self.uses = analysis.uses              # distinct parents (and stores) of a node
-        self.parents = analysis.parents
+        self._analyse(kernel.stores)
         self.parallel = False
         self._checker = None                   # the type checker, for map shapes
         self.loads: list[PlannedLoad] = []     # every global load emitted, in order
@@ -44,10 +42,19 @@ class KernelGenerator:
     def generate(self) -> list[str]:
         """The lines of the kernel's ``@njit`` function."""
         loops = KernelLoops(self)
+        hoisted = hoist_invariant_bodies(self.stores, loops.serial)
+        if any(h.value is not s.value for h, s in zip(hoisted, self.stores)):
+            self._analyse(hoisted)
         self.parallel = loops.parallel
         self.kernel_loops = loops.loops
         emit_stores(self, self.stores, loops.inner)
         return kernel_function(self, loops.close())
+
+    def _analyse(self, stores) -> None:
+        analysis = Analysis(stores, self.dims)
+        self.stores = analysis.stores          # what is generated (one-block loops gone)
+        self.uses = analysis.uses              # distinct parents (and stores) of a node
+        self.parents = analysis.parents
 
     def value(self, node: Expr, frame: Frame):
         """The value of ``node`` seen from ``frame``: emitted once per binding of its

@@ -125,6 +125,8 @@ class KernelLoops:
             self.frames.append(frame)
         else:
             npar = 0
+        #: Variables of the kernel loops run as plain loops inside an instance.
+        self.serial = tuple(v for v, _ in multi[npar:])
         for v, d in multi[npar:]:
             frame = Frame(self.frames[-1])
             name = names.fresh(v)
