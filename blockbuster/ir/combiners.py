@@ -81,6 +81,13 @@ class Combiner:
     def arity_ok(self, nbodies: int) -> bool:
         return nbodies >= self.head + self.min_passengers
 
+    @property
+    def passengers_alone(self) -> str | None:
+        """The combiner that folds this one's passengers on their own, the same way
+        (``sum``, ``max``); None when they depend on the head's state (an online
+        softmax rescales them by its running max): then they cannot leave it."""
+        return {"sum": "sum", "max": "max"}.get(self.passenger)
+
 
 def _row_block(what):
     def check(ts):

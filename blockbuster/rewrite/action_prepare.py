@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..ir.expr import Expr, LoadAttr
+from ..ir.combiners import COMBINERS
+from ..ir.expr import Expr, LoadAttr, ReduceAttr
 from ..ir.index import IVar
 from ..ir.program import Kernel, Program
-from .action_base import Application
+from .action_base import Application, reduction_outputs
 from .subst import replace_in_kernel
 
 
@@ -20,8 +21,15 @@ _NOT_PREPARED = ("reduce", "map", "get", "runmax", "pos", "proj", "pvar")
 def find_prepare_weights(program: Program) -> Iterator[Application]:
     """Expressions of weights only (e.g. ``rowscale(gamma[k], W[k, n])``, a weight
     with its norm gain folded in) that a kernel recomputes: each may be precomputed
-    once into an array of its own by a kernel of its own (weight preparation)."""
+    once into an array of its own by a kernel of its own (weight preparation).
+
+    First the passengers of a fused reduction that read weights only (the column sums
+    ``colsum(rowscale(beta[k], W[k, n]))`` that LayerNorm·W accumulates beside its
+    ``dot``): their sum over the reduction's range is prepared, and the reduction
+    keeps its other bodies. Then single expressions."""
     inputs = set(program.weights)
+    for kernel in program.kernels:
+        yield from _passenger_applications(program, kernel, inputs)
     for kernel in program.kernels:
         seen: set = set()
         for store in kernel.stores:
@@ -91,3 +99,49 @@ def _prepare(program: Program, kernel: Kernel, node: Expr, layout: list) -> Prog
     replaced = replace_in_kernel(program, kernel, {node: load})
     return replaced.evolve(kernels=(prep,) + replaced.kernels,
                            arrays=replaced.arrays + (GlobalArray(name, tuple(d for _, d in layout)),))
+
+
+def _passenger_applications(program: Program, kernel: Kernel,
+                            inputs: set) -> Iterator[Application]:
+    seen: set = set()
+    for store in kernel.stores:
+        for node in store.value.walk():
+            if node.op != "reduce" or node in seen:
+                continue
+            seen.add(node)
+            a = node.attr
+            comb = COMBINERS[a.combiner]
+            alone = comb.passengers_alone
+            if alone is None or a.lo is not None or a.hi is not None or len(node.args) < 2:
+                continue
+            for i in range(comb.head, len(node.args)):
+                total = Expr("reduce", (node.args[i],), ReduceAttr(alone, a.var, a.dim))
+                layout = _prep_layout(program, total, inputs)
+                if layout is not None:
+                    yield Application(
+                        kernel.name, node, None, {},
+                        lambda k=kernel, r=node, i=i, t=total, l=layout:
+                            _prepare_passenger(program, k, r, i, t, l))
+
+
+def _prepare_passenger(program: Program, kernel: Kernel, node: Expr, i: int,
+                       total: Expr, layout: list) -> Program:
+    """``node`` without its passenger ``i``, whose ``total`` over the range a
+    preparation kernel computes; the kernel's projections renumbered."""
+    comb = COMBINERS[node.attr.combiner]
+    out = comb.head_outputs + i - comb.head          # the passenger's output
+    rest = Expr("reduce", node.args[:i] + node.args[i + 1:], node.attr)
+    single = reduction_outputs(rest) == 1
+    prepared = _prepare(program, kernel, total, layout)
+    prep = prepared.kernels[0]
+    load = Expr("load", (), LoadAttr(prep.name, tuple(IVar(v) for v, _ in layout)))
+    mapping = {}
+    for store in kernel.stores:
+        for n in store.value.walk():
+            if n.op == "proj" and n.args[0] is node and n not in mapping:
+                j = n.attr
+                mapping[n] = (load if j == out else rest if single
+                              else Expr("proj", (rest,), j - (j > out)))
+    replaced = replace_in_kernel(program, kernel, mapping)
+    return replaced.evolve(kernels=(prep,) + replaced.kernels,
+                           arrays=prepared.arrays)

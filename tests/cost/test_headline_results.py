@@ -11,6 +11,7 @@ import pytest
 from blockbuster.cost import DEFAULT_HARDWARE, cost
 from blockbuster.dsl.loader import default_rules
 from blockbuster.frontend.workloads import workload
+from blockbuster.ir.prep import split_weight_prep
 from blockbuster.rewrite.engine import fuse
 
 
@@ -66,14 +67,18 @@ def test_paper_figure_is_one_kernel_reading_b_once(m, n):
 @pytest.mark.parametrize("n, holds", [(512, True), (2048, False)])
 def test_layernorm_matmul_holds_the_output_row_only_where_it_fits(n, holds):
     p = fused("layernorm_matmul", M=2048, K=1024 if n == 512 else 2048, N=n)
-    assert len(p.kernels) == 1
-    (kernel,) = p.kernels
+    split = split_weight_prep(p)
+    (kernel,) = split.per_call.kernels
     loops = [dim for _var, dim in kernel.loops]
     (store,) = kernel.stores
     if holds:   # one pass over X per row block: the whole output row is local
         assert loops == ["M"] and store.index[1] is None
-    else:       # one output tile at a time
+    else:       # one output tile at a time: what reads only weights is prepared
         assert loops == ["M", "N"] and store.index[1] is not None
+        # gamma·W, and the column sums of gamma·W and beta·W that every tile would
+        # otherwise accumulate again beside its dot: the tile reads X and them.
+        assert len(split.prep.kernels) == 3
+        assert kernel.reads() == {"X"} | set(split.prepared)
 
 
 def test_per_call_bytes_leave_weight_preparation_out():

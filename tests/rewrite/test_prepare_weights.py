@@ -56,3 +56,65 @@ def test_a_partial_sum_is_not_prepared_whole():
     program = parse_program(SHIFTED_MATMUL.replace("{RANGE}", "[ : 1]"))
     ops = {a.before.op for a in find_prepare_weights(program)}
     assert "reduce" not in ops and ops
+
+
+# LayerNorm(X)·W as fusion leaves it before preparation: one meanvar over K whose
+# passengers are the column sums of beta·W and gamma·W (weights only) beside the dot.
+FUSED_LN = f"""
+program ln
+dim M = {M} block 16
+dim K = {K} block 32
+dim N = {N} block 16
+input X[M, K]
+weight gamma[K]
+weight beta[K]
+weight W[K, N]
+output Y[M, N]
+kernel Y for m in M, n in N:
+  let t = meanvar(k in K: X[m, k], colsum(rowscale(beta[k], W[k, n])), dot(X[m, k], rowscale(gamma[k], W[k, n])), colsum(rowscale(gamma[k], W[k, n])))
+  let mu = mul(t.1, recip(max(t.0, 1.0)))
+  let rstd = rsqrt(add(mul(t.2, recip(max(t.0, 1.0))), 1e-05))
+  Y[m, n] = colshift(t.3, rowscale(rstd, add(t.4, outer(neg(mu), t.5))))
+"""
+
+
+def _layernorm_matmul_f64(x):
+    d = {n: v.astype(np.float64) for n, v in x.items()}
+    xm = d["X"]
+    norm = (xm - xm.mean(1, keepdims=True)) / np.sqrt(xm.var(1, keepdims=True) + 1e-5)
+    return (norm * d["gamma"] + d["beta"]) @ d["W"]
+
+
+def test_weight_only_passengers_of_a_fused_reduction_are_prepared():
+    program = parse_program(FUSED_LN)
+    (kernel,) = program.kernels
+    (fused,) = [n for n in kernel.stores[0].value.walk() if n.op == "reduce"]
+    passengers = [a for a in find_prepare_weights(program) if a.before is fused]
+    # The two column sums; not the head (X) nor the dot (it reads X).
+    assert len(passengers) == 2
+    rng = np.random.default_rng(5)
+    x = {"X": (rng.standard_normal((M, K)) * 3 + 1e3).astype(np.float32),   # row means 1e3
+         "gamma": rng.standard_normal(K).astype(np.float32),
+         "beta": rng.standard_normal(K).astype(np.float32),
+         "W": rng.standard_normal((K, N)).astype(np.float32)}
+    want = _layernorm_matmul_f64(x)
+    for app in passengers:
+        prepared = app.build()
+        verify(prepared)
+        prep, main = prepared.kernels
+        assert [d for _, d in prep.loops] == ["N"]          # one column sum per block
+        (rest,) = [n for n in main.stores[0].value.walk() if n.op == "reduce"]
+        assert rest.attr.combiner == "meanvar" and len(rest.args) == len(fused.args) - 1
+        out = compile_program(prepared)(dict(x))["Y"]
+        assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max()
+    # Both prepared one after the other: the tile keeps the statistics and the dot.
+    once = passengers[0].build()
+    again = [a for a in find_prepare_weights(once) if a.before is not None
+             and a.before.op == "reduce" and a.before.attr.combiner == "meanvar"]
+    twice = again[0].build()
+    verify(twice)
+    main = twice.kernels[-1]
+    (rest,) = [n for n in main.stores[0].value.walk() if n.op == "reduce"]
+    assert len(rest.args) == 2                              # X, and the dot
+    out = compile_program(twice)(dict(x))["Y"]
+    assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max()

@@ -8,6 +8,7 @@ import pytest
 import blockbuster as bb
 from blockbuster.cost import DEFAULT_HARDWARE, Hardware
 from blockbuster.errors import UsageError
+from blockbuster.ir.prep import split_weight_prep
 
 # Ragged: no size is a multiple of its block.
 SIZES = {"M": 100, "K": 90, "N": 200}
@@ -41,9 +42,11 @@ def fused():
 def test_a_small_local_tier_recomputes_per_tile_a_large_one_holds_the_row(fused):
     _, out = fused
     small, large = out[SMALL.name], out[LARGE.name]
-    assert [k.loops for k in small.kernels] == [(("m", "M"), ("n", "N"))]
-    assert [k.loops for k in large.kernels] == [(("m", "M"),)]     # the output row held
-    (store,) = large.kernels[0].stores
+    per_call = {hw: split_weight_prep(p).per_call for hw, p in out.items()}
+    assert [k.loops for k in per_call[SMALL.name].kernels] == [(("m", "M"), ("n", "N"))]
+    # the output row held
+    assert [k.loops for k in per_call[LARGE.name].kernels] == [(("m", "M"),)]
+    (store,) = per_call[LARGE.name].kernels[0].stores
     assert store.index[1] is None
     # Each fits the machine it was fused for; the held row does not fit the small one.
     assert bb.cost(small, SMALL).fits and bb.cost(large, LARGE).fits

@@ -25,10 +25,6 @@ from blockbuster.ir.expr import Expr, ReduceAttr
 from blockbuster.ir.index import free_vars
 from blockbuster.ir.program import Store
 
-#: How a combiner's passengers accumulate -> the combiner that folds them alone.
-_PASSENGERS_ALONE = {"sum": "sum", "max": "max"}
-
-
 def hoist_invariant_bodies(stores, serial) -> list[Store]:
     """``stores`` with every splittable reduction split into the bodies that use its
     innermost serial loop and the others (again on the split-off part, which may
@@ -85,7 +81,7 @@ def _split(node: Expr, order: dict[str, int]):
     when it stays whole."""
     a = node.attr
     comb = COMBINERS.get(a.combiner)
-    alone = _PASSENGERS_ALONE.get(comb.passenger) if comb is not None else None
+    alone = comb.passengers_alone if comb is not None else None
     if alone is None or len(node.args) < 2:
         return None
     depths = [_depth(body.free_vars, order) for body in node.args]
