@@ -40,10 +40,12 @@ import attrs
 from ..cost.hardware import Hardware
 from ..cost.model import cost
 from ..dsl.ast import RuleSet
-from ..ir.program import Kernel, Program
+from ..ir.program import Program
 from ..rewrite.engine import Budget, Engine, FusionResult, Limits, RuleError
 from .extract import (Segments, canonical, canonical_key, connected_spans, feeds, rename,
                       sub_program)
+from .pieces import (Part, assemble, declarations, fresh_names, names_of,
+                     read_counts, report_piece, worst_stop)
 
 # How many consecutive kernels a seed candidate may hold: a bound on the search (the
 # seeds are O(window × kernels) engine runs of up to ``window`` kernels each), not on
@@ -62,24 +64,6 @@ DEFAULT_MAX_KERNELS = WHOLE_PROGRAM_KERNELS     # the former name of the same bo
 
 
 @attrs.frozen
-class Piece:
-    """One chosen candidate: kernels ``[start, stop)`` of the input program."""
-
-    start: int
-    stop: int
-    kernels: tuple[str, ...]          # the original kernels it covers
-    program: Program                  # its fused form, in the program's own names
-    rules: dict                       # rule -> applications that built it
-    cost: float                       # modeled seconds
-
-    def describe(self) -> str:
-        fused = ", ".join(k.name for k in self.program.kernels)
-        rules = ", ".join(f"{r}×{n}" for r, n in self.rules.items()) or "no rules"
-        return (f"kernels {self.start}..{self.stop - 1} ({len(self.kernels)}) -> "
-                f"{fused}: {rules}")
-
-
-@attrs.frozen
 class _Fused:
     """A candidate's fusion in canonical names, priced once (names do not change a
     price, so identical layers share it)."""
@@ -92,24 +76,6 @@ class _Fused:
     per_call_bytes: int
     unfused_price: float      # the candidate's own objective, unfused
     keeps: bool               # not worse than unfused (objective and per-call bytes)
-
-
-@attrs.frozen
-class _Part:
-    """A piece while selection works: original kernels ``[start, stop)`` fused into
-    ``prep`` (weight preparation, done once) and ``call`` kernels, the arrays the
-    fusion declared, and what it costs per call."""
-
-    start: int
-    stop: int
-    prep: tuple[Kernel, ...]
-    call: tuple[Kernel, ...]
-    arrays: tuple                     # GlobalArray declarations its kernels use
-    rules: dict
-    steps: tuple
-    stop_reason: str
-    price: float                      # cost-model objective (per call)
-    per_call_bytes: int
 
 
 @attrs.frozen
@@ -192,12 +158,12 @@ class Selector:
         if self.grow:
             self._grow(program, parts, options)
             parts = self._cover(program, options)
-        fused = _assemble(program, parts)
-        readers = _readers(fused.kernels)
-        pieces = tuple(_piece(program, fused, part, readers) for part in parts)
+        fused = assemble(program, parts)
+        counts = read_counts(fused.kernels)
+        pieces = tuple(report_piece(program, fused, part, counts) for part in parts)
         return FusionResult(fused, tuple(s for part in parts for s in part.steps),
                             self.budget.exhausted
-                            or _worst_stop(part.stop_reason for part in parts),
+                            or worst_stop(part.stop_reason for part in parts),
                             time.perf_counter() - start_time, program, pieces)
 
     # -- seeds: every windowed candidate, fused and priced ------------------------
@@ -232,7 +198,7 @@ class Selector:
         bar.close()
         return options
 
-    def _cover(self, program: Program, options: dict) -> list[_Part]:
+    def _cover(self, program: Program, options: dict) -> list[Part]:
         """The cheapest cover of the program by non-overlapping options (a dynamic
         program over the kernel order; of two covers of equal cost the one whose last
         piece starts first)."""
@@ -255,24 +221,24 @@ class Selector:
         parts.reverse()
         return parts
 
-    def _piece_of(self, program: Program, i: int, j: int, option) -> _Part:
-        if isinstance(option, _Part):
+    def _piece_of(self, program: Program, i: int, j: int, option) -> Part:
+        if isinstance(option, Part):
             return option
         info = option.info
         fused = (self.segment(i, j) if info is _UNFUSED
                  else rename(info.program, *option.back))
-        return self._part(i, j, _fresh_names(fused, _names(program), f"_{i}"),
+        return self._part(i, j, fresh_names(fused, names_of(program), f"_{i}"),
                           info.rules, info.steps, info.stop_reason)
 
-    def _part(self, start, stop, fused: Program, rules, steps, stop_reason) -> _Part:
+    def _part(self, start, stop, fused: Program, rules, steps, stop_reason) -> Part:
         c = cost(fused, self.hardware)
         prep = tuple(k for k, kc in zip(fused.kernels, c.per_kernel) if kc.weight_prep)
         call = tuple(k for k, kc in zip(fused.kernels, c.per_kernel) if not kc.weight_prep)
-        return _Part(start, stop, prep, call, fused.arrays, dict(rules), tuple(steps),
+        return Part(start, stop, prep, call, fused.arrays, dict(rules), tuple(steps),
                      stop_reason, c.objective, c.per_call_bytes)
 
     # -- growth: merge neighbouring pieces while it pays ---------------------------
-    def _grow(self, program: Program, parts: list[_Part], options: dict) -> list[_Part]:
+    def _grow(self, program: Program, parts: list[Part], options: dict) -> list[Part]:
         """Merge neighbours while it pays (greedily, left to right); every merged
         piece priced on the way is added to ``options``."""
         self.merges = self.refused = self.unpaid = 0
@@ -294,8 +260,8 @@ class Selector:
                     changed = True
         return parts
 
-    def _merge(self, program: Program, parts: list[_Part], k: int,
-               options: dict) -> _Part | None:
+    def _merge(self, program: Program, parts: list[Part], k: int,
+               options: dict) -> Part | None:
         """The cheaper of the two merges of ``parts[k]`` and its right neighbour when
         it is cheaper than the two apart, else None."""
         a, b = parts[k], parts[k + 1]
@@ -316,7 +282,7 @@ class Selector:
             return None
         return min(paying, key=lambda m: m.price)
 
-    def _merge_original(self, program: Program, parts: list[_Part], k: int) -> _Part | None:
+    def _merge_original(self, program: Program, parts: list[Part], k: int) -> Part | None:
         """The original kernels of both pieces fused in one run: the engine sees what
         the pieces' own fusions may have put out of reach (a producer already inlined
         one way, a weight already prepared)."""
@@ -328,7 +294,7 @@ class Selector:
                                                        rename(info.program, *back)),
                           info.rules, info.steps, info.stop_reason)
 
-    def _merge_fused(self, program: Program, parts: list[_Part], k: int) -> _Part | None:
+    def _merge_fused(self, program: Program, parts: list[Part], k: int) -> Part | None:
         """The two pieces' fused forms side by side in one run: the engine only works
         across the seam."""
         a, b = parts[k], parts[k + 1]
@@ -336,11 +302,11 @@ class Selector:
                   for kk in p.prep + p.call]
         return self._side_by_side(program, parts, a, b, others)
 
-    def _side_by_side(self, program: Program, parts: list[_Part], a: _Part, b: _Part,
-                      others: list) -> _Part | None:
+    def _side_by_side(self, program: Program, parts: list[Part], a: Part, b: Part,
+                      others: list) -> Part | None:
         """``a`` and ``b`` (neighbours) fused in one run of their fused forms;
         ``others``: the kernels outside them (what they must still write)."""
-        decls = _declarations(program, parts + [a, b])
+        decls = declarations(program, parts + [a, b])
         # Preparation outputs come in as plain inputs (only the program's own weights
         # are weights), so what the merge prepares reads the program's weights alone.
         candidate = sub_program(decls, a.call + b.call, others + list(a.prep + b.prep),
@@ -361,10 +327,10 @@ class Selector:
         return attrs.evolve(part, prep=a.prep + b.prep + part.prep,
                             arrays=a.arrays + b.arrays + part.arrays, rules=rules,
                             steps=a.steps + b.steps + part.steps,
-                            stop_reason=_worst_stop([a.stop_reason, b.stop_reason,
+                            stop_reason=worst_stop([a.stop_reason, b.stop_reason,
                                                      part.stop_reason]))
 
-    def _shift_options(self, program: Program, parts: list[_Part], k: int,
+    def _shift_options(self, program: Program, parts: list[Part], k: int,
                        options: dict) -> None:
         """Pieces that move the seam of ``parts[k]`` and ``parts[k+1]``: each piece
         with a seed taken from its neighbour's end next to the seam, added to
@@ -390,7 +356,7 @@ class Selector:
                     self._add(options, self._side_by_side(program, parts, tail, b,
                                                           rest(a.stop - d, b.stop)))
 
-    def _add(self, options: dict, part: _Part | None) -> None:
+    def _add(self, options: dict, part: Part | None) -> None:
         """``part`` as a candidate of the last cover when it is not worse than the
         kernels it replaces (objective and per-call bytes) and the cheapest of its
         span so far."""
@@ -403,13 +369,13 @@ class Selector:
         if part.price <= unfused.objective and part.per_call_bytes <= unfused.per_call_bytes:
             options[span] = part
 
-    def _fresh(self, program: Program, parts: list[_Part], fused: Program) -> Program:
+    def _fresh(self, program: Program, parts: list[Part], fused: Program) -> Program:
         """``fused`` with what its fusion created named apart from every other piece
         (a suffix of its own: pieces built by merging may all end in the last cover)."""
         self.built += 1
-        known = (_names(program) | {d.name for p in parts for d in p.arrays}
+        known = (names_of(program) | {d.name for p in parts for d in p.arrays}
                  | {kk.name for p in parts for kk in p.prep + p.call})
-        return _fresh_names(fused, known, f"_m{self.built}")
+        return fresh_names(fused, known, f"_m{self.built}")
 
 
 _UNFUSED = _Fused(None, {}, (), "saturated", math.inf, 0, math.inf, True)
@@ -419,74 +385,6 @@ def _not_worse(fused: Program, original: Program, hardware: Hardware) -> bool:
     """Neither the cost-model objective nor the per-call global bytes grew."""
     after, before = cost(fused, hardware), cost(original, hardware)
     return after.objective <= before.objective and after.per_call_bytes <= before.per_call_bytes
-
-
-def _names(program: Program) -> set[str]:
-    return {a.name for a in program.arrays} | {k.name for k in program.kernels}
-
-
-def _fresh_names(piece: Program, known: set[str], suffix: str) -> Program:
-    """Arrays and kernels a fusion created (weight preparation) get names unique to
-    their piece: two pieces may each have made a ``prep1``."""
-    arrays = {a.name: a.name + suffix for a in piece.arrays if a.name not in known}
-    kernels = {k.name: k.name + suffix for k in piece.kernels if k.name not in known}
-    return rename(piece, arrays, kernels) if arrays or kernels else piece
-
-
-def _worst_stop(reasons) -> str:
-    reasons = list(reasons)
-    return next((r for r in reasons if r != "saturated"), "saturated")
-
-
-def _declarations(program: Program, parts: list[_Part]) -> Program:
-    """``program`` declaring every array the pieces use (those fusion created too)."""
-    known = {a.name for a in program.arrays}
-    created = {}
-    for p in parts:
-        for a in p.arrays:
-            if a.name not in known:
-                created.setdefault(a.name, a)
-    return program.evolve(arrays=program.arrays + tuple(created.values()))
-
-
-def _assemble(program: Program, parts: list[_Part]) -> Program:
-    """The pieces in order; preparation nobody reads any more (a merge re-derived it)
-    is dropped."""
-    kernels = [k for p in parts for k in p.prep + p.call]
-    preps = {k.name for p in parts for k in p.prep}
-    while True:
-        read = set(program.outputs).union(*(k.reads() for k in kernels))
-        dead = [k for k in kernels if k.name in preps and not set(k.writes()) & read]
-        if not dead:
-            break
-        kernels = [k for k in kernels if k not in dead]
-    live = {a for k in kernels for a in k.writes()} | set(program.inputs) | set(program.outputs)
-    decls = _declarations(program, parts)
-    return program.evolve(kernels=tuple(kernels),
-                          arrays=tuple(a for a in decls.arrays if a.name in live))
-
-
-def _readers(kernels) -> dict[str, int]:
-    """Array -> how many of ``kernels`` read it."""
-    counts: dict[str, int] = {}
-    for k in kernels:
-        for a in k.reads():
-            counts[a] = counts.get(a, 0) + 1
-    return counts
-
-
-def _piece(program: Program, fused: Program, part: _Part, readers: dict[str, int]) -> Piece:
-    mine = {k.name for k in part.prep + part.call}
-    kernels = [k for k in fused.kernels if k.name in mine]
-    # What the rest of the program reads: an array some kernel outside reads (counted
-    # once for the whole program, not by scanning the rest for every piece).
-    inside = _readers(kernels)
-    later = {a for k in kernels for a in k.writes() if readers.get(a, 0) > inside.get(a, 0)}
-    return Piece(part.start, part.stop,
-                 tuple(k.name for k in program.kernels[part.start:part.stop]),
-                 sub_program(fused, kernels, (), f"{program.name}[{part.start}:{part.stop}]",
-                             later=later),
-                 part.rules, part.price)
 
 
 class _NoBar:
