@@ -107,6 +107,7 @@ class Selector:
         self.refused = 0                     # merge candidates the engine could not take
         self.unpaid = 0                      # merges priced and refused: not cheaper
         self.budget: Budget | None = None   # --max-steps/--max-seconds for the whole fusion
+        self.segment: Segments | None = None   # the program being selected, by spans
 
     def _fuse(self, candidate: Program, tolerant: bool = False) -> tuple[_Fused, tuple]:
         """The candidate's fusion (cached by structure) and the renaming back to the
