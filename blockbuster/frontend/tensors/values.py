@@ -142,6 +142,28 @@ def drop_axis(v: Value, at: int) -> Value:
                         order=tuple(p - (p > at) for p in v.order))
 
 
+def unstore_unit(planner: Planner, v: Value, at: int) -> Value:
+    """The stored size-1 axis ``at`` (one row ``[1, E]`` of an input) as a broadcast
+    axis, to broadcast against a longer one: a tiled unit axis is summed out of the
+    block (``colsum`` of a one-row block is that row: exact), a point one is
+    indexed at 0."""
+    c = v.axes[at]
+    if c is None or v.shape[at] != 1:
+        raise TensorError(f"axis {at} of size {v.shape[at]} is not a stored unit axis")
+    tiled = at in v.order and not planner.planning
+    side = v.order.index(at) if tiled else None
+
+    def loader(index: Index) -> Expr:
+        e = v.load(tuple(index[:at]) + (IConst(0),) + tuple(index[at + 1:]))
+        if side is None:
+            return e
+        if len(v.order) == 1:
+            raise TensorError("a single stored unit axis cannot broadcast")
+        return E.call("colsum" if side == 0 else "rowsum", e)
+    return attrs.evolve(v, axes=v.axes[:at] + (None,) + v.axes[at + 1:],
+                        loader=loader, order=tuple(p for p in v.order if p != at))
+
+
 def reshape(planner: Planner, v: Value, shape: Sequence[int], what: str) -> Value:
     """A view with a new shape: size-1 axes come and go; an axis splits into
     (heads, head size) or merges back; point axes split and merge freely."""

@@ -1,0 +1,112 @@
+"""Plain PyTorch modules as users write them, at the sizes users have: one row, one
+input feature, one output (a value head), 1-D inputs, integer targets, float64
+inputs. Each matches PyTorch eager in float64."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import blockbuster as bb
+
+from helpers_torch import float64_reference, max_rel_error, run_imported
+
+
+class Classifier(nn.Module):
+    def __init__(self, e=37, f=45, c=10):
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(e), nn.Linear(e, f), nn.Linear(f, c)
+
+    def forward(self, x):
+        return torch.softmax(self.down(F.gelu(self.up(self.norm(x)))), dim=-1)
+
+
+@pytest.mark.parametrize("shape", [(1, 37), (1, 1, 37), (3, 1, 37)])
+def test_one_row_is_still_a_matrix(shape):
+    """A single sample ``[1, E]`` (no sequence axis, or a sequence of one): the
+    norm and the softmax reduce its one row; unfused and fused."""
+    model = Classifier().eval()
+    x = torch.randn(*shape) * 100 + 1e3
+    want = float64_reference(model, x).numpy()
+    for fuse in (False, True):
+        got, _, _ = run_imported(model, x, fuse=fuse)
+        assert got[0].shape == want.shape
+        assert max_rel_error(got[0], want) < 1e-5
+
+
+def test_one_input_feature_and_one_output():
+    """Regression nets: ``Linear(1, H)`` (an outer product: nothing to contract) and
+    ``Linear(H, 1)`` (one output column); a value head on one row."""
+    model = nn.Sequential(nn.Linear(1, 24), nn.Tanh(), nn.Linear(24, 1)).eval()
+    x = torch.randn(100, 1) * 3
+    want = float64_reference(model, x).numpy()
+    for fuse in (False, True):
+        got, _, _ = run_imported(model, x, fuse=fuse)
+        assert max_rel_error(got[0], want) < 1e-5
+    head = nn.Linear(37, 1).eval()                   # a value head on one row
+    x = torch.randn(1, 37)
+    got, _, _ = run_imported(head, x)
+    assert max_rel_error(got[0], float64_reference(head, x).numpy()) < 1e-5
+
+
+def test_one_dimensional_input_through_an_mlp():
+    """``torch.matmul`` of a vector and a matrix (``Linear`` on a ``[E]`` input)."""
+    model = nn.Sequential(nn.Linear(37, 29), nn.SiLU(), nn.Linear(29, 7)).eval()
+    x = torch.randn(37) * 10
+    got, _, _ = run_imported(model, x, fuse=True)
+    assert got[0].shape == (7,)
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
+
+    def vecmat(v, m):
+        return (m @ v) * 2.0, v @ m.T               # matrix·vector and vector·matrix
+    v, m = torch.randn(37), torch.randn(29, 37)
+    got, _, _ = run_imported(vecmat, v, m)
+    v64, m64 = v.double().numpy(), m.double().numpy()
+    assert max_rel_error(got[0], (m64 @ v64) * 2.0) < 1e-5
+    assert max_rel_error(got[1], v64 @ m64.T) < 1e-5
+
+
+def test_a_scalar_result_is_a_clear_error():
+    from blockbuster.frontend.pytorch import ImportError_
+    with pytest.raises(ImportError_, match="0-d|blocks over 1 axis"):
+        bb.from_torch(lambda a, b: a @ b, torch.randn(37), torch.randn(37))
+
+
+@pytest.fixture
+def _dynamo(tmp_path, monkeypatch):
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path))
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compiled_cross_entropy_with_integer_targets(_dynamo):
+    """Index arithmetic (``squeeze`` of an int64 target) stays in PyTorch: a region
+    computes in float32 and must not hand a float tensor to ``gather``."""
+    x, target = torch.randn(37, 29) * 30, torch.randint(0, 29, (37, 1))
+
+    def loss(x, t):
+        return F.cross_entropy(torch.log_softmax(x, -1), t.squeeze(-1), reduction="none")
+    fast = torch.compile(loss, backend="blockbuster", options={"backend": "reference"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = fast(x, target)
+    want = loss(x.double(), target)
+    assert got.shape == want.shape
+    assert float((got.double() - want).abs().max()) < 1e-4
+
+
+def test_compiled_float64_model_returns_float64(_dynamo):
+    model = nn.Sequential(nn.Linear(13, 7), nn.GELU()).double().eval()
+    x = torch.randn(5, 13, dtype=torch.float64)
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad():
+        got, want = fast(x), model(x)
+    assert got.dtype == torch.float64
+    assert float((got - want).abs().max()) < 1e-5
+    assert np.isfinite(got.numpy()).all()
