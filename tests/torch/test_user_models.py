@@ -110,3 +110,49 @@ def test_compiled_float64_model_returns_float64(_dynamo):
     assert got.dtype == torch.float64
     assert float((got - want).abs().max()) < 1e-5
     assert np.isfinite(got.numpy()).all()
+
+
+def test_expanded_output_and_selected_rows():
+    """``x[i]`` of a batch (a point axis) or of one row is a view; one element of a
+    tiled axis, and an output expanded by broadcasting (its array would hold fewer
+    elements than the tensor), are clear errors."""
+    from blockbuster.frontend.pytorch import ImportError_
+
+    def f(x, r):
+        return torch.softmax(x[1], -1), r[0] * 2
+    x, r = torch.randn(3, 7, 37) * 1e3, torch.randn(1, 37)
+    got, _, _ = run_imported(f, x, r)
+    x64 = x.double()
+    assert max_rel_error(got[0], torch.softmax(x64[1], -1).numpy()) < 1e-6
+    assert max_rel_error(got[1], r.double()[0].numpy() * 2) < 1e-6
+    with pytest.raises(ImportError_, match="select.*single element"):
+        bb.from_torch(lambda x: x[:, 0] * 2, x)
+    with pytest.raises(ImportError_, match="expanded by broadcasting"):
+        bb.from_torch(lambda x: x.amax(-1, keepdim=True).expand_as(x), x)
+
+
+def test_compiled_normalize_and_a_scalar_statistic(_dynamo):
+    """``F.normalize`` (its norm is left to PyTorch: the clamp and the expanded
+    divisor come back at full shape) and a per-vector statistic of a 1-D input
+    (a 0-d result, left to PyTorch with its reason) match eager."""
+    x = torch.randn(7, 100) * 1e3
+    fast = torch.compile(lambda x: F.normalize(x, dim=-1), backend="blockbuster",
+                         options={"backend": "reference"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = fast(x)
+    want = F.normalize(x.double(), dim=-1)
+    assert float((got.double() - want).abs().max()) < 1e-6
+    assert any("linalg_vector_norm" in str(w.message) for w in caught)
+    torch._dynamo.reset()
+
+    def rms(v):
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)
+    v = torch.randn(129) * 30
+    fast = torch.compile(rms, backend="blockbuster", options={"backend": "reference"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = fast(v)
+    assert float((got.double() - rms(v.double())).abs().max()) < 1e-5
+    text = " ".join(str(w.message) for w in caught)
+    assert "no axis to store" in text and "internal error" not in text

@@ -255,13 +255,13 @@ def _squeeze(low, node, x, dims=None):
     dims = range(x.rank) if dims is None else ([dims] if isinstance(dims, int) else dims)
     for d in sorted((d % x.rank for d in dims), reverse=True):
         if x.shape[d] == 1:
-            x = V.drop_axis(x, d)
+            x = V.drop_axis(x, d, low.planner)
     return x
 
 
 @handles("expand.default")
 def _expand(low, node, x, shape, implicit=False):
-    return V.expand(x, [int(s) for s in shape])
+    return V.expand(x, [int(s) for s in shape], low.planner)
 
 
 @handles("clone.default", "contiguous.default", "alias.default", "detach.default",
@@ -278,6 +278,16 @@ def _to_copy(low, node, x, *rest, **kwargs):
 @handles("slice.Tensor")
 def _slice(low, node, x, dim=0, start=None, end=None, step=1):
     return V.slice_axis(low.planner, x, dim % x.rank, start, end, step, node.name)
+
+
+@handles("select.int")
+def _select(low, node, x, dim, index):
+    """``x[i]``: one element of a point or size-1 axis (whole blocks only on a tiled
+    one), the axis dropped."""
+    dim %= x.rank
+    index %= x.shape[dim]
+    picked = V.slice_axis(low.planner, x, dim, index, index + 1, 1, node.name)
+    return V.drop_axis(picked, dim, low.planner)
 
 
 @handles("split_with_sizes.default", "split.Tensor")

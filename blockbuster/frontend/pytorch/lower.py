@@ -183,6 +183,10 @@ class Lowering:
             v = self.value(node) if node is not None else None
             if v is None or isinstance(v, aten.Empty) or v.loader is None:
                 raise ImportError_(f"output {i} is not a tensor computed from the inputs")
+            if any(c is None and s != 1 for s, c in zip(v.shape, v.axes)):
+                raise ImportError_(f"{source_line(node)}: output {i} ({node.name}, shape "
+                                   f"{list(v.shape)}) is expanded by broadcasting: "
+                                   f"return it before the expand", node=node.name)
             name = v.array
             if not _plain(v, self.k) or name in names or name in self.weights or \
                     any(b.name == name for b in self.inputs):

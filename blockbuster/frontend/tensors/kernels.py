@@ -80,6 +80,9 @@ class KernelEmitter:
             taken.add(var)
             loops.append((var, dim))
             index.append(IVar(var))
+        if not loops:
+            raise TensorError(f"a result with no axis to store (shape {list(shape)}: "
+                              f"0-d or all size 1) is not supported")
         out = self.declare(name, shape, axes)
         if not self.planner.planning:
             tiled = [c for c in axes if c is not None and not self.planner.dim(c).point]
