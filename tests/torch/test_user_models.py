@@ -156,3 +156,46 @@ def test_compiled_normalize_and_a_scalar_statistic(_dynamo):
     assert float((got.double() - rms(v.double())).abs().max()) < 1e-5
     text = " ".join(str(w.message) for w in caught)
     assert "no axis to store" in text and "internal error" not in text
+
+
+class HandLayerNorm(nn.Module):
+    """LayerNorm as people write it with ``var`` (and ``std`` for a z-score)."""
+
+    def __init__(self, e=37):
+        super().__init__()
+        self.g, self.b = nn.Parameter(torch.rand(e) + 0.5), nn.Parameter(torch.randn(e))
+
+    def forward(self, x):
+        m, v = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+        z = (x - m) / (x.std(-1, keepdim=True) + 1e-3)
+        return (x - m) / torch.sqrt(v + 1e-5) * self.g + self.b, z, x.var(-2)
+
+
+def test_var_and_std_at_large_means():
+    model = HandLayerNorm().eval()
+    x = torch.randn(3, 7, 37) * 10 + 1e4
+    with torch.no_grad():
+        want = [w.numpy() for w in _float64(model, x)]
+    for fuse in (False, True):
+        got, _, _ = run_imported(model, x, fuse=fuse)
+        for g, w in zip(got, want):
+            assert max_rel_error(g, w) < 1e-4, fuse
+
+
+def _float64(model, x):
+    import copy
+    return copy.deepcopy(model).double()(x.double())
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_more_activations(scale):
+    def acts(x):
+        return (F.leaky_relu(x, 0.1), F.elu(x), F.softplus(x), F.softplus(x, 2.0, 5.0),
+                F.hardtanh(x), F.relu6(x), x.abs().pow(0.3), x ** 2.5)
+    x = torch.randn(37, 29) * scale
+    got, _, _ = run_imported(acts, x, fuse=True)
+    with torch.no_grad():
+        want = [w.numpy() for w in acts(x.double())]
+    for g, w in zip(got, want):
+        assert np.array_equal(np.isnan(g), np.isnan(w))          # x ** 2.5 of x < 0
+        assert max_rel_error(np.nan_to_num(g), np.nan_to_num(w)) < 1e-5

@@ -23,6 +23,7 @@ from ...ir.types import GlobalArray
 from .errors import TensorError
 from .values import (Index, Planner, Value, array_value, drop_axis, expand, insert_axis,
                      permute, relabel_at, unstore_unit)
+from .values import scalar as scalar_value
 
 _ROW = {"add": lambda v, a: E.call("rowshift", v, a),
         "mul": lambda v, a: E.call("rowscale", v, a)}
@@ -334,8 +335,12 @@ class KernelEmitter:
                     out = E.call("mul", out, b)
                 return out
             return self.emit("pow", x.shape, x.axes, power, name)
+        if not float(exponent).is_integer():     # exp(e·log x): NaN for x < 0, as torch
+            log = self.elementwise("log", [x], what)
+            return self.elementwise("exp", [self.elementwise("mul", [log, scalar_value(
+                float(exponent))], what)], what, name)
         raise TensorError(f"{what}: x ** {exponent} is not supported (only integer "
-                          f"powers up to 8, ±0.5 and -1)")
+                          f"powers up to 8, ±0.5, -1 and non-integer ones)")
 
     def rotate_half(self, v: Value, what: str, name: str | None = None) -> Value:
         """``cat(-x2, x1)`` of the halves of each row (rotary embeddings): one kernel."""
