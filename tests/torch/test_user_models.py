@@ -199,3 +199,36 @@ def test_more_activations(scale):
     for g, w in zip(got, want):
         assert np.array_equal(np.isnan(g), np.isnan(w))          # x ** 2.5 of x < 0
         assert max_rel_error(np.nan_to_num(g), np.nan_to_num(w)) < 1e-5
+
+
+def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeypatch,
+                                                              capsys):
+    """``run model.py:factory``: a non-tensor example argument (specialised by the
+    export) is passed to the eager oracle as given, not dropped (the oracle used
+    the default and validation failed); a one-row model validates too."""
+    import json
+    import textwrap
+
+    from blockbuster import cli
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "mine.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Scaled(torch.nn.Module):
+            def forward(self, x, scale: float = 2.0, y=None):
+                return x * scale + y
+
+        def scaled():
+            return Scaled(), (torch.randn(7, 37), 3.0, torch.randn(7, 37))
+
+        def one_row():
+            torch.manual_seed(0)
+            return (torch.nn.Sequential(torch.nn.LayerNorm(37), torch.nn.Linear(37, 1)),
+                    (torch.randn(1, 37) * 1e3,))
+    """))
+    for factory in ("scaled", "one_row"):
+        status = cli.main(["run", f"{tmp_path / 'mine.py'}:{factory}", "--backend",
+                           "reference", "--json"])
+        out = capsys.readouterr()
+        assert status == 0, out.err
+        assert json.loads(out.out)["validation"]["passed"]
