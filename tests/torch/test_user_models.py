@@ -232,3 +232,21 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
         out = capsys.readouterr()
         assert status == 0, out.err
         assert json.loads(out.out)["validation"]["passed"]
+
+
+def test_compiled_regions_say_once_that_they_run_without_autograd(_dynamo):
+    from blockbuster.frontend.pytorch.dynamo import NoGradWarning
+    model = nn.Sequential(nn.Linear(13, 7), nn.Tanh()).eval()
+    x = torch.randn(5, 13)
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            fast(x)
+        assert not [w for w in caught if issubclass(w.category, NoGradWarning)]
+        got = fast(x)                           # parameters require grad: said once
+        fast(x)
+    said = [w for w in caught if issubclass(w.category, NoGradWarning)]
+    assert len(said) == 1 and "without autograd" in str(said[0].message)
+    assert not got.requires_grad
+    assert float((got - model(x)).abs().max()) < 1e-5

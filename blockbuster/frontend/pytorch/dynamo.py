@@ -102,6 +102,12 @@ class FallbackWarning(UserWarning):
     ``warnings.filterwarnings("ignore", category=FallbackWarning)``."""
 
 
+class NoGradWarning(UserWarning):
+    """A compiled region was called with autograd on and an input (a parameter)
+    that requires grad: Blockbuster computes forward only, so the outputs carry no
+    gradient graph. Said once per region."""
+
+
 def _report(message: str) -> None:
     if os.environ.get("BLOCKBUSTER_VERBOSE"):
         print(f"blockbuster: {message}")
@@ -245,6 +251,13 @@ class CompiledRegion:
         import torch
         if self._changed(inputs):
             self._build(list(inputs))               # a parameter changed: recompile
+        if not getattr(self, "_told_no_grad", False) and torch.is_grad_enabled() and any(
+                getattr(t, "requires_grad", False) for t in inputs):
+            self._told_no_grad = True
+            warnings.warn("blockbuster: compiled regions run without autograd: their "
+                          "outputs do not require grad (use torch.no_grad() or "
+                          "torch.inference_mode() for inference; train in eager PyTorch)",
+                          NoGradWarning, stacklevel=2)
         user = [t for i, t in enumerate(inputs) if i not in self._params
                 and hasattr(t, "shape")]
         feeds = {b.name: _numpy(t) for b, t in zip(self.lowered.inputs, user)}
