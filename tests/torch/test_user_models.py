@@ -250,3 +250,23 @@ def test_compiled_regions_say_once_that_they_run_without_autograd(_dynamo):
     assert len(said) == 1 and "without autograd" in str(said[0].message)
     assert not got.requires_grad
     assert float((got - model(x)).abs().max()) < 1e-5
+
+
+def test_a_learnable_scalar_survives_the_text_form():
+    """A parameter of shape [1] (a temperature) is a weight with no dimensions:
+    ``import`` writes it as ``t[]``, and the text reads back and runs."""
+    class Tempered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t = nn.Parameter(torch.full((1,), 0.5))
+            self.proj = nn.Linear(37, 29)
+
+        def forward(self, x):
+            return torch.softmax(self.proj(x) * self.t, -1)
+    model, x = Tempered().eval(), torch.randn(7, 37) * 10
+    program = bb.from_torch(model, x)
+    again = bb.parse_program(bb.format_program(program))
+    out = bb.compile(bb.fuse(again).program, backend="reference")(
+        x=x.numpy(), **program.params)
+    want = float64_reference(model, x).numpy()
+    assert max_rel_error(out[program.outputs[0]], want) < 1e-5
