@@ -270,3 +270,17 @@ def test_a_learnable_scalar_survives_the_text_form():
         x=x.numpy(), **program.params)
     want = float64_reference(model, x).numpy()
     assert max_rel_error(out[program.outputs[0]], want) < 1e-5
+
+
+def test_reductions_over_a_size_one_or_expanded_axis():
+    """softmax over an axis of one element is 1 (log-softmax 0); a sum over an
+    expanded axis is n times the value; max and mean over one element are it."""
+    def f(x, y):
+        return (torch.softmax(x, 0), F.log_softmax(x, 0) + x, x.amax(0) + x.mean(0),
+                y.unsqueeze(0).expand(5, 7, 37).sum(0))
+    x, y = torch.randn(1, 7, 129) * 1e3, torch.randn(7, 37)
+    got, _, _ = run_imported(f, x, y)
+    with torch.no_grad():
+        want = [w.numpy() for w in f(x.double(), y.double())]
+    for g, w in zip(got, want):
+        assert max_rel_error(g, w) < 1e-6

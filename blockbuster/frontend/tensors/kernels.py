@@ -185,8 +185,12 @@ class KernelEmitter:
             raise TensorError(f"{what}: reduce with sum or max, not {combiner!r}")
         axis %= v.rank
         cls = v.axes[axis]
-        if cls is None:
-            raise TensorError(f"{what}: reducing a broadcast axis is not supported")
+        if cls is None:            # size 1 (or expanded): every element along it is v's
+            factor = (1 if combiner == "max" else v.shape[axis]) * \
+                (1.0 if scale is None else scale)
+            out = v if factor == 1 else self.elementwise(
+                "mul", [v, scalar_value(float(factor))], what, None if keepdim else name)
+            return out if keepdim else drop_axis(out, axis)
         self.planner.mark_tiled(cls)
         out_axes = v.axes[:axis] + v.axes[axis + 1:]
         out_shape = v.shape[:axis] + v.shape[axis + 1:]
