@@ -284,3 +284,32 @@ def test_reductions_over_a_size_one_or_expanded_axis():
         want = [w.numpy() for w in f(x.double(), y.double())]
     for g, w in zip(got, want):
         assert max_rel_error(g, w) < 1e-6
+
+
+def test_padding_mask_of_batch_and_keys_and_boolean_mask_algebra():
+    """A boolean padding mask ``[B, T]`` broadcast as ``~m[:, None, None, :]`` into
+    scores ``[B, H, T, T]``: its batch axis is iterated, its keys tiled (the input
+    would otherwise be tiled over both); ``~``, ``&`` and ``|`` of masks."""
+    import math
+
+    def attention(q, k, v, m):
+        a = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        a = a.masked_fill(~m[:, None, None, :], float("-inf"))
+        return torch.softmax(a, -1) @ v
+
+    q, k, v = (torch.randn(3, 2, 37, 8) * 3 for _ in range(3))
+    m = torch.ones(3, 37, dtype=torch.bool)
+    m[1, 30:], m[2, 5:] = False, False
+    for fuse in (False, True):
+        got, _, _ = run_imported(attention, q, k, v, m, fuse=fuse)
+        want = attention(q.double(), k.double(), v.double(), m).numpy()
+        assert max_rel_error(got[0], want) < 1e-5
+
+    def masks(x, m1, m2):
+        return x.masked_fill(m1 & m2, 2.0) * (m1 | m2) + torch.logical_not(m2) * x
+    x, m1, m2 = torch.randn(7, 37), torch.rand(7, 37) > 0.5, torch.rand(7, 37) > 0.3
+    got, _, _ = run_imported(masks, x, m1, m2)
+    assert max_rel_error(got[0], masks(x.double(), m1, m2).numpy()) < 1e-6
+    from blockbuster.frontend.pytorch import ImportError_
+    with pytest.raises(ImportError_, match="only boolean masks"):
+        bb.from_torch(lambda x, i: x * ~i, x, torch.randint(0, 5, (7, 37)))

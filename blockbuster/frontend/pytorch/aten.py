@@ -77,6 +77,35 @@ handles("where.self")(_ew("where"))
 handles("mul.Tensor", "mul.Scalar")(_ew("mul"))
 
 
+def _bool_operands(node, what: str) -> None:
+    for a in node.args:
+        dtype = getattr(getattr(a, "meta", {}).get("val"), "dtype", None)
+        if dtype is not None and str(dtype) != "torch.bool":
+            raise ImportError_(f"{what} of a {str(dtype).replace('torch.', '')} tensor "
+                               f"(only boolean masks)")
+
+
+@handles("bitwise_not.default", "logical_not.default")
+def _not(low, node, x):
+    """``~mask``: 1 where the mask is 0 (boolean masks, held as 0/1)."""
+    if "bitwise" in str(node.target):
+        _bool_operands(node, "bitwise_not")
+    return low.k.elementwise("eq", [_value(x), scalar(0.0)], node.name)
+
+
+@handles("bitwise_and.Tensor", "logical_and.default", "bitwise_or.Tensor",
+         "logical_or.default")
+def _and_or(low, node, a, b):
+    """``m1 & m2`` and ``m1 | m2`` of masks: the product / the max of 0/1 values
+    (``logical_*`` first turns any non-zero value into 1)."""
+    target = str(node.target)
+    if "bitwise" in target:
+        _bool_operands(node, target.split(".")[1])
+    k = low.k
+    a, b = (k.elementwise("ne", [_value(x), scalar(0.0)], node.name) for x in (a, b))
+    return k.elementwise("mul" if "and" in target else "max", [a, b], node.name)
+
+
 @handles("add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar")
 def _add_sub(low, node, a, b, alpha=1):
     op = "add" if "add" in str(node.target) else "sub"

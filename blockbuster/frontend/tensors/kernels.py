@@ -81,6 +81,9 @@ class KernelEmitter:
             taken.add(var)
             loops.append((var, dim))
             index.append(IVar(var))
+        note = getattr(self.planner, "note_tensor", None)
+        if note is not None and self.planner.planning:
+            note(axes)
         if not loops:
             raise TensorError(f"a result with no axis to store (shape {list(shape)}: "
                               f"0-d or all size 1) is not supported")
@@ -244,6 +247,9 @@ class KernelEmitter:
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
                 self.planner.mark_tiled(c)
+                if not self.planner.planning and self.planner.dim(c).point:
+                    raise TensorError(f"{what}: a matrix axis of {self.planner.dim(c).size} "
+                                      f"is also a batch axis iterated one index at a time")
         lead_shape, lead_axes, (la, lb) = self.broadcast(
             [_lead(a), _lead(b)], what)
         shape = lead_shape + (a.shape[-2], b.shape[-1])
