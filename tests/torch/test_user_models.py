@@ -313,3 +313,9 @@ def test_padding_mask_of_batch_and_keys_and_boolean_mask_algebra():
     from blockbuster.frontend.pytorch import ImportError_
     with pytest.raises(ImportError_, match="only boolean masks"):
         bb.from_torch(lambda x, i: x * ~i, x, torch.randint(0, 5, (7, 37)))
+
+
+def test_unequal_chunks_say_why():
+    from blockbuster.frontend.pytorch import ImportError_
+    with pytest.raises(ImportError_, match="axis of 37 cannot be cut into blocks of 13"):
+        bb.from_torch(lambda a: a.chunk(3, -1)[1] * 2, torch.randn(7, 37))

@@ -240,8 +240,10 @@ class DimPlanner:
             raise ImportError_(f"blocks: dimension {name} must have block {c.block} "
                                f"(it is split into heads of that size)")
         if c.size % block and c.block:
-            raise ImportError_(f"dimension {name} of {c.size} is not a whole number of "
-                               f"heads of {block}")
+            raise ImportError_(f"an axis of {c.size} cannot be cut into blocks of {block}, "
+                               f"the size its heads or slices need ({c.size} is not a "
+                               f"multiple of {block}: split or chunk it into equal, "
+                               f"block-aligned pieces)")
         if c.block:
             self.fixed_blocks.add(name)
         return Dim(name, c.size, min(block, c.size))
