@@ -167,7 +167,10 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
     from .frontend.pytorch import lower_module
     low = lower_module(model, *example, blocks=blocks or None)
     program = low.program.evolve(params=dict(low.weights))
-    by_name = {b.name: t for b, t in zip(low.inputs, example)}
+    # tensors are the program's inputs; other arguments (a Python float) were
+    # specialised by the export and are passed to the eager model as given
+    tensors = [i for i, t in enumerate(example) if isinstance(t, torch.Tensor)]
+    by_name = {b.name: example[i] for b, i in zip(low.inputs, tensors)}
 
     def make_inputs(p: Program, seed: int) -> dict:
         arrays = {b.name: _array(by_name[b.name]).reshape(p.shape(b.name))
@@ -178,9 +181,10 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
         """The model run eagerly in ``dtype`` (float64: the oracle; float32: what
         the user's own PyTorch gives, the validation baseline)."""
         np_dtype = np.float64 if dtype is torch.float64 else np.float32
-        args = [_like(torch.from_numpy(np.asarray(inputs[b.name], dtype=np_dtype)
-                                       ).reshape(b.shape), by_name[b.name])
-                for b in low.inputs]
+        args = list(example)
+        for b, i in zip(low.inputs, tensors):
+            args[i] = _like(torch.from_numpy(np.asarray(inputs[b.name], dtype=np_dtype)
+                                             ).reshape(b.shape), by_name[b.name])
         out = _eager(model, args, dtype)
         return {b.name: o.detach().numpy().reshape(program.shape(b.name))
                 for b, o in zip(low.outputs, out)}

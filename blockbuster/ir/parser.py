@@ -70,7 +70,7 @@ class TermBuilder:
                                  "the float range (write inf or -inf for an infinity)")
             return E.const(value)
         if kind == "load":
-            return E.load(str(ch[0]), *(build_index(c) for c in ch[1:]))
+            return E.load(str(ch[0]), *(build_index(c) for c in ch[1:] if c is not None))
         if kind == "pos":
             return E.pos(str(ch[0]), build_index(ch[1]))
         if kind == "proj":

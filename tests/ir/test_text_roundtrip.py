@@ -102,7 +102,21 @@ kernel T for m in M, k in K:
 """
 
 
-@pytest.mark.parametrize("text", [CAUSAL_GQA, MISC], ids=["causal_gqa", "misc"])
+# A weight with no dimensions (a learnable scalar imported from PyTorch: a
+# temperature of shape [1]) is declared and loaded with empty brackets.
+SCALAR_WEIGHT = """\
+program scalar_weight
+dim N = 37 block 16
+input X[N]
+weight t[]
+output Y[N]
+kernel Y for n in N:
+  Y[n] = mul(X[n], t[])
+"""
+
+
+@pytest.mark.parametrize("text", [CAUSAL_GQA, MISC, SCALAR_WEIGHT],
+                         ids=["causal_gqa", "misc", "scalar_weight"])
 def test_hand_written_round_trip(text):
     p = parse_program(text)
     printed = format_program(p)

@@ -77,6 +77,35 @@ handles("where.self")(_ew("where"))
 handles("mul.Tensor", "mul.Scalar")(_ew("mul"))
 
 
+def _bool_operands(node, what: str) -> None:
+    for a in node.args:
+        dtype = getattr(getattr(a, "meta", {}).get("val"), "dtype", None)
+        if dtype is not None and str(dtype) != "torch.bool":
+            raise ImportError_(f"{what} of a {str(dtype).replace('torch.', '')} tensor "
+                               f"(only boolean masks)")
+
+
+@handles("bitwise_not.default", "logical_not.default")
+def _not(low, node, x):
+    """``~mask``: 1 where the mask is 0 (boolean masks, held as 0/1)."""
+    if "bitwise" in str(node.target):
+        _bool_operands(node, "bitwise_not")
+    return low.k.elementwise("eq", [_value(x), scalar(0.0)], node.name)
+
+
+@handles("bitwise_and.Tensor", "logical_and.default", "bitwise_or.Tensor",
+         "logical_or.default")
+def _and_or(low, node, a, b):
+    """``m1 & m2`` and ``m1 | m2`` of masks: the product / the max of 0/1 values
+    (``logical_*`` first turns any non-zero value into 1)."""
+    target = str(node.target)
+    if "bitwise" in target:
+        _bool_operands(node, target.split(".")[1])
+    k = low.k
+    a, b = (k.elementwise("ne", [_value(x), scalar(0.0)], node.name) for x in (a, b))
+    return k.elementwise("mul" if "and" in target else "max", [a, b], node.name)
+
+
 @handles("add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar")
 def _add_sub(low, node, a, b, alpha=1):
     op = "add" if "add" in str(node.target) else "sub"
@@ -114,6 +143,56 @@ def _gelu(low, node, x, approximate="none"):
     return low.k.elementwise(op, [x], node.name)
 
 
+def _positive_else(low, node, x, negative: Value) -> Value:
+    """``x`` where ``x > 0``, else ``negative`` (leaky ReLU, ELU)."""
+    k = low.k
+    return k.elementwise("where", [k.elementwise("gt", [x, scalar(0.0)], node.name), x,
+                                   negative], node.name)
+
+
+@handles("leaky_relu.default")
+def _leaky_relu(low, node, x, negative_slope=0.01):
+    return _positive_else(low, node, x,
+                          low.k.elementwise("mul", [x, scalar(negative_slope)], node.name))
+
+
+@handles("elu.default")
+def _elu(low, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    k = low.k
+    inner = x if input_scale == 1 else k.elementwise("mul", [x, scalar(input_scale)],
+                                                    node.name)
+    neg = k.elementwise("mul", [k.elementwise("sub", [k.elementwise("exp", [inner],
+                                                                     node.name),
+                                                      scalar(1.0)], node.name),
+                                scalar(alpha)], node.name)
+    out = _positive_else(low, node, x, neg)
+    return out if scale == 1 else k.elementwise("mul", [out, scalar(scale)], node.name)
+
+
+@handles("softplus.default")
+def _softplus(low, node, x, beta=1.0, threshold=20.0):
+    """``(max(z, 0) + log(1 + exp(-|z|)))/beta``, ``z = beta·x``: no overflow; where
+    ``z > threshold`` PyTorch returns ``x`` (the two differ by < exp(-threshold))."""
+    k = low.k
+    z = x if beta == 1 else k.elementwise("mul", [x, scalar(beta)], node.name)
+    tail = k.elementwise("exp", [k.elementwise("neg", [k.elementwise("abs", [z],
+                                                                      node.name)],
+                                               node.name)], node.name)
+    soft = k.elementwise("add", [k.elementwise("relu", [z], node.name),
+                                 k.elementwise("log", [k.elementwise(
+                                     "add", [tail, scalar(1.0)], node.name)], node.name)],
+                         node.name)
+    if beta != 1:
+        soft = k.elementwise("mul", [soft, scalar(1.0 / beta)], node.name)
+    over = k.elementwise("gt", [z, scalar(threshold)], node.name)
+    return k.elementwise("where", [over, x, soft], node.name)
+
+
+@handles("hardtanh.default")
+def _hardtanh(low, node, x, min_val=-1.0, max_val=1.0):
+    return _clamp(low, node, x, min_val, max_val)
+
+
 @handles("clamp_min.default")
 def _clamp_min(low, node, x, lo):
     return low.k.elementwise("max", [x, _value(lo)], node.name)
@@ -146,6 +225,24 @@ def _mean(low, node, x, dims, keepdim=False, dtype=None):
 @handles("sum.dim_IntList")
 def _sum(low, node, x, dims, keepdim=False, dtype=None):
     return low.k.reduce("sum", x, _one_axis(x, dims, "sum"), node.name, keepdim)
+
+
+@handles("var.correction", "std.correction")
+def _var(low, node, x, dims=None, correction=None, keepdim=False):
+    """``mean((x - mean(x))²)·n/(n - correction)`` over one axis (two passes, as
+    the LayerNorm composite; ``std``: its square root)."""
+    what = "std" if "std" in str(node.target) else "var"
+    axis = _one_axis(x, dims, what)
+    n = x.shape[axis]
+    correction = 1 if correction is None else correction
+    if n - correction <= 0:
+        raise ImportError_(f"{what} of {n} element(s) with correction {correction}")
+    k = low.k
+    centred = k.elementwise("sub", [x, k.reduce("sum", x, axis, node.name, True,
+                                                 scale=1.0 / n)], node.name)
+    square = k.elementwise("square", [centred], node.name)
+    var = k.reduce("sum", square, axis, node.name, keepdim, scale=1.0 / (n - correction))
+    return k.elementwise("sqrt", [var], node.name) if what == "std" else var
 
 
 @handles("amax.default")
@@ -255,13 +352,13 @@ def _squeeze(low, node, x, dims=None):
     dims = range(x.rank) if dims is None else ([dims] if isinstance(dims, int) else dims)
     for d in sorted((d % x.rank for d in dims), reverse=True):
         if x.shape[d] == 1:
-            x = V.drop_axis(x, d)
+            x = V.drop_axis(x, d, low.planner)
     return x
 
 
 @handles("expand.default")
 def _expand(low, node, x, shape, implicit=False):
-    return V.expand(x, [int(s) for s in shape])
+    return V.expand(x, [int(s) for s in shape], low.planner)
 
 
 @handles("clone.default", "contiguous.default", "alias.default", "detach.default",
@@ -278,6 +375,16 @@ def _to_copy(low, node, x, *rest, **kwargs):
 @handles("slice.Tensor")
 def _slice(low, node, x, dim=0, start=None, end=None, step=1):
     return V.slice_axis(low.planner, x, dim % x.rank, start, end, step, node.name)
+
+
+@handles("select.int")
+def _select(low, node, x, dim, index):
+    """``x[i]``: one element of a point or size-1 axis (whole blocks only on a tiled
+    one), the axis dropped."""
+    dim %= x.rank
+    index %= x.shape[dim]
+    picked = V.slice_axis(low.planner, x, dim, index, index + 1, 1, node.name)
+    return V.drop_axis(picked, dim, low.planner)
 
 
 @handles("split_with_sizes.default", "split.Tensor")

@@ -27,7 +27,8 @@ def kept_ops(torch) -> list:
     aten = torch.ops.aten
     names = ["linear.default", "scaled_dot_product_attention.default",
              "layer_norm.default", "softmax.int", "log_softmax.int", "gelu.default",
-             "silu.default", "rms_norm.default", "matmul.default", "embedding.default"]
+             "silu.default", "rms_norm.default", "matmul.default", "embedding.default",
+             "softplus.default"]
     ops = []
     for n in names:
         packet, _, overload = n.partition(".")

@@ -51,6 +51,7 @@ class DimPlanner:
         self._cursor = 0
         self._links: list[tuple] = []
         self.fixed_blocks: set[str] = set()    # dims whose block the graph requires
+        self._tensors: list[tuple] = []        # each kernel output's axis classes
 
     # -- both passes -----------------------------------------------------------------
     def new(self, size: int, hint: str) -> int:
@@ -191,9 +192,31 @@ class DimPlanner:
     def planning(self) -> bool:
         return self._resolved is None
 
+    def note_tensor(self, axes) -> None:
+        """A kernel output's axes (planning pass): see :meth:`_at_most_two_tiled`."""
+        if self._resolved is None:
+            self._tensors.append(tuple(c for c in axes if c is not None))
+
+    def _at_most_two_tiled(self) -> None:
+        """Blocks run over at most two axes: where a tensor would have more tiled
+        axes (a padding mask ``[B, T]``, whose two axes an input's blocks would run
+        over, broadcast into scores ``[B, H, T, S]``), its leading ones are iterated
+        one index at a time instead."""
+        changed = True
+        while changed:
+            changed = False
+            for axes in self._tensors:
+                tiled = [c for c in axes if self._tiled(c)]
+                for c in tiled[:-2]:
+                    self.mark_point(c)
+                    changed = True
+            if changed:
+                self._apply_links()
+
     def resolve(self) -> None:
         """Give every class a dimension; the next pass emits with them."""
         self._apply_links()
+        self._at_most_two_tiled()
         names: dict[str, int] = {}
         dims: dict[int, Dim] = {}
         for cid, c in enumerate(self._classes):
@@ -217,8 +240,10 @@ class DimPlanner:
             raise ImportError_(f"blocks: dimension {name} must have block {c.block} "
                                f"(it is split into heads of that size)")
         if c.size % block and c.block:
-            raise ImportError_(f"dimension {name} of {c.size} is not a whole number of "
-                               f"heads of {block}")
+            raise ImportError_(f"an axis of {c.size} cannot be cut into blocks of {block}, "
+                               f"the size its heads or slices need ({c.size} is not a "
+                               f"multiple of {block}: split or chunk it into equal, "
+                               f"block-aligned pieces)")
         if c.block:
             self.fixed_blocks.add(name)
         return Dim(name, c.size, min(block, c.size))

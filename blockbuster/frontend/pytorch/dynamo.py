@@ -102,6 +102,12 @@ class FallbackWarning(UserWarning):
     ``warnings.filterwarnings("ignore", category=FallbackWarning)``."""
 
 
+class NoGradWarning(UserWarning):
+    """A compiled region was called with autograd on and an input (a parameter)
+    that requires grad: Blockbuster computes forward only, so the outputs carry no
+    gradient graph. Said once per region."""
+
+
 def _report(message: str) -> None:
     if os.environ.get("BLOCKBUSTER_VERBOSE"):
         print(f"blockbuster: {message}")
@@ -190,6 +196,7 @@ class CompiledRegion:
         self.program = fused
         self.compiled = backend.compile(fused)
         self.lowered = low
+        self._dtypes = _output_dtypes(source.graph)
         self._stamp = self._stamps(inputs)
 
     def _tune(self, source, low, backend):
@@ -244,12 +251,28 @@ class CompiledRegion:
         import torch
         if self._changed(inputs):
             self._build(list(inputs))               # a parameter changed: recompile
+        if not getattr(self, "_told_no_grad", False) and torch.is_grad_enabled() and any(
+                getattr(t, "requires_grad", False) for t in inputs):
+            self._told_no_grad = True
+            warnings.warn("blockbuster: compiled regions run without autograd: their "
+                          "outputs do not require grad (use torch.no_grad() or "
+                          "torch.inference_mode() for inference; train in eager PyTorch)",
+                          NoGradWarning, stacklevel=2)
         user = [t for i, t in enumerate(inputs) if i not in self._params
                 and hasattr(t, "shape")]
         feeds = {b.name: _numpy(t) for b, t in zip(self.lowered.inputs, user)}
         out = self.compiled(**feeds)
         return tuple(torch.from_numpy(np.ascontiguousarray(out[b.name])).reshape(b.shape)
-                     for b in self.lowered.outputs)
+                     .to(dtype or torch.float32)
+                     for b, dtype in zip(self.lowered.outputs, self._dtypes))
+
+
+def _output_dtypes(graph) -> list:
+    """The dtype PyTorch gives each output of ``graph`` (a float64 model's outputs
+    stay float64, a mask stays bool); None where unknown."""
+    node = next(n for n in graph.nodes if n.op == "output")
+    outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+    return [getattr(getattr(o, "meta", {}).get("val"), "dtype", None) for o in outs]
 
 
 class WholeGraph(CompiledRegion):
@@ -279,8 +302,17 @@ def _support(unsupported: set, dynamic: set):
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node) -> bool:
             return (node.op == "call_function" and node.name not in unsupported
-                    and node.name in dynamic and str(node.target) in HANDLERS)
+                    and node.name in dynamic and str(node.target) in HANDLERS
+                    and not _integer(node))
     return Support()
+
+
+def _integer(node) -> bool:
+    """An integer tensor (indices: a region computes in float32, so index
+    arithmetic stays in PyTorch)."""
+    val = node.meta.get("val")
+    dtype = getattr(val, "dtype", None)
+    return dtype is not None and not dtype.is_floating_point and str(dtype) != "torch.bool"
 
 
 def _partitioned(ep, example_inputs, params, opts, unsupported):

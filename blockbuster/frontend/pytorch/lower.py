@@ -110,7 +110,9 @@ class Lowering:
         return self._array(node, hint, tuple(arr.shape), weight=arr)
 
     def _array(self, node, hint: str, shape: tuple, weight=None) -> Value:
-        axes = tuple(self.planner.new(s, "") if s != 1 else None for s in shape)
+        keep = _kept_unit_axes(shape) if weight is None else ()
+        axes = tuple(self.planner.new(s, "") if s != 1 or p in keep else None
+                     for p, s in enumerate(shape))
         name = self.k.fresh(hint)
         v = self.k.declare(name, shape, axes)
         self.k.mark_block_axes(axes)
@@ -181,6 +183,10 @@ class Lowering:
             v = self.value(node) if node is not None else None
             if v is None or isinstance(v, aten.Empty) or v.loader is None:
                 raise ImportError_(f"output {i} is not a tensor computed from the inputs")
+            if any(c is None and s != 1 for s, c in zip(v.shape, v.axes)):
+                raise ImportError_(f"{source_line(node)}: output {i} ({node.name}, shape "
+                                   f"{list(v.shape)}) is expanded by broadcasting: "
+                                   f"return it before the expand", node=node.name)
             name = v.array
             if not _plain(v, self.k) or name in names or name in self.weights or \
                     any(b.name == name for b in self.inputs):
@@ -191,6 +197,17 @@ class Lowering:
             names.append(v.array)
             bounds.append(Boundary(v.array, v.shape))
         return tuple(bounds)
+
+
+def _kept_unit_axes(shape: tuple) -> tuple:
+    """Size-1 axes of an input that are stored all the same: one of the last two
+    (rows, columns) when the other is not size 1, so that one row ``[1, E]`` (or one
+    column ``[T, 1]``) is still a matrix of blocks that rows can be reduced and
+    normalised in, not a vector. Other size-1 axes (a leading batch of 1) are not
+    stored."""
+    if len(shape) < 2 or (shape[-1] == 1) == (shape[-2] == 1):
+        return ()
+    return (len(shape) - 2,) if shape[-2] == 1 else (len(shape) - 1,)
 
 
 def _empty(node) -> bool:

@@ -21,7 +21,9 @@ from ...ir.index import IConst, IVar
 from ...ir.program import Kernel, Store
 from ...ir.types import GlobalArray
 from .errors import TensorError
-from .values import Index, Planner, Value, array_value, expand, insert_axis, relabel_at
+from .values import (Index, Planner, Value, array_value, drop_axis, expand, insert_axis,
+                     permute, relabel_at, unstore_unit)
+from .values import scalar as scalar_value
 
 _ROW = {"add": lambda v, a: E.call("rowshift", v, a),
         "mul": lambda v, a: E.call("rowscale", v, a)}
@@ -79,6 +81,12 @@ class KernelEmitter:
             taken.add(var)
             loops.append((var, dim))
             index.append(IVar(var))
+        note = getattr(self.planner, "note_tensor", None)
+        if note is not None and self.planner.planning:
+            note(axes)
+        if not loops:
+            raise TensorError(f"a result with no axis to store (shape {list(shape)}: "
+                              f"0-d or all size 1) is not supported")
         out = self.declare(name, shape, axes)
         if not self.planner.planning:
             tiled = [c for c in axes if c is not None and not self.planner.dim(c).point]
@@ -112,6 +120,9 @@ class KernelEmitter:
         """The broadcast shape and axes of ``values`` and each one expanded to it."""
         tensors = [v for v in values if v.loader is not None]
         rank = max((v.rank for v in tensors), default=0)
+        longest = [max((v.shape[p - rank + v.rank] for v in tensors
+                        if p - rank + v.rank >= 0), default=1) for p in range(rank)]
+        values = [_broadcast_units(self.planner, v, longest) for v in values]
         shape, axes = [1] * rank, [None] * rank
         out = []
         for v in values:
@@ -177,8 +188,12 @@ class KernelEmitter:
             raise TensorError(f"{what}: reduce with sum or max, not {combiner!r}")
         axis %= v.rank
         cls = v.axes[axis]
-        if cls is None:
-            raise TensorError(f"{what}: reducing a broadcast axis is not supported")
+        if cls is None:            # size 1 (or expanded): every element along it is v's
+            factor = (1 if combiner == "max" else v.shape[axis]) * \
+                (1.0 if scale is None else scale)
+            out = v if factor == 1 else self.elementwise(
+                "mul", [v, scalar_value(float(factor))], what, None if keepdim else name)
+            return out if keepdim else drop_axis(out, axis)
         self.planner.mark_tiled(cls)
         out_axes = v.axes[:axis] + v.axes[axis + 1:]
         out_shape = v.shape[:axis] + v.shape[axis + 1:]
@@ -205,18 +220,36 @@ class KernelEmitter:
     # -- matmul --------------------------------------------------------------------------------
     def matmul(self, a: Value, b: Value, what: str, name: str | None = None,
                hi_of: Callable | None = None) -> Value:
-        """``a @ b`` over the last two axes, broadcasting the leading ones."""
-        if a.rank < 2 or b.rank < 2:
-            raise TensorError(f"{what}: matrix-vector products are not supported")
+        """``a @ b`` over the last two axes, broadcasting the leading ones (a 1-D
+        operand is a row or column, as in ``torch.matmul``)."""
+        if a.rank < 1 or b.rank < 1:
+            raise TensorError(f"{what}: a product with a scalar is not a matmul")
+        if a.rank == 1 and b.rank == 1:
+            raise TensorError(f"{what}: the dot product of two vectors (a 0-d result) "
+                              f"is not supported")
+        if a.rank == 1 or b.rank == 1:
+            a2 = insert_axis(a, 0) if a.rank == 1 else a
+            b2 = insert_axis(b, 1) if b.rank == 1 else b
+            out = self.matmul(a2, b2, what, name, hi_of)
+            if b.rank == 1:
+                out = drop_axis(out, out.rank - 1)
+            if a.rank == 1:
+                out = drop_axis(out, out.rank - 2)
+            return out
         ka, kb = a.axes[-1], b.axes[-2]
         if a.shape[-1] != b.shape[-2]:
             raise TensorError(f"{what}: contracts {a.shape[-1]} with {b.shape[-2]}")
-        if ka is None or kb is None:
-            raise TensorError(f"{what}: contracting a broadcast axis is not supported")
+        if ka is None or kb is None or a.axes[-2] is None or b.axes[-1] is None:
+            # a size-1 axis is not stored, so there is no 2-D block to ``dot``:
+            # multiply with broadcasting, then sum over the contracted axis
+            return self._thin_matmul(a, b, what, name, hi_of)
         k = self.planner.unify(ka, kb, what)
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
                 self.planner.mark_tiled(c)
+                if not self.planner.planning and self.planner.dim(c).point:
+                    raise TensorError(f"{what}: a matrix axis of {self.planner.dim(c).size} "
+                                      f"is also a batch axis iterated one index at a time")
         lead_shape, lead_axes, (la, lb) = self.broadcast(
             [_lead(a), _lead(b)], what)
         shape = lead_shape + (a.shape[-2], b.shape[-1])
@@ -234,6 +267,24 @@ class KernelEmitter:
             return E.reduce("sum", var, kdim, E.call("dot", self.block(a, ia),
                                                      self.block(b, ib)), **bounds)
         return self.emit("matmul", shape, axes, value, name)
+
+    def _thin_matmul(self, a: Value, b: Value, what: str, name: str | None,
+                     hi_of: Callable | None) -> Value:
+        """``a @ b`` where the contracted axis (``K = 1``: an outer product), the rows
+        of ``a`` (one row) or the columns of ``b`` (one column) have size 1 (not
+        stored): a broadcast product summed over the contracted axis."""
+        if hi_of is not None:
+            raise TensorError(f"{what}: a bounded (causal) product over a size-1 axis "
+                              f"is not supported")
+        swap = list(range(a.rank - 2)) + [a.rank - 1, a.rank - 2]
+        if a.shape[-1] == 1:                           # (.., M, 1) · (.., 1, N)
+            return self.elementwise("mul", [a, b], what, name)
+        if b.axes[-1] is None:                         # one column: sum over a's rows
+            bt = permute(b, list(range(b.rank - 2)) + [b.rank - 1, b.rank - 2])
+            prod = self.elementwise("mul", [a, bt], what)
+            return self.reduce("sum", prod, prod.rank - 1, what, keepdim=True, name=name)
+        prod = self.elementwise("mul", [permute(a, swap), b], what)    # one row
+        return self.reduce("sum", prod, prod.rank - 2, what, keepdim=True, name=name)
 
     def concat(self, pieces: Sequence[Value], axis: int, out_axis, what: str,
                name: str | None = None) -> Value:
@@ -294,13 +345,29 @@ class KernelEmitter:
                     out = E.call("mul", out, b)
                 return out
             return self.emit("pow", x.shape, x.axes, power, name)
+        if not float(exponent).is_integer():     # exp(e·log x): NaN for x < 0, as torch
+            log = self.elementwise("log", [x], what)
+            return self.elementwise("exp", [self.elementwise("mul", [log, scalar_value(
+                float(exponent))], what)], what, name)
         raise TensorError(f"{what}: x ** {exponent} is not supported (only integer "
-                          f"powers up to 8, ±0.5 and -1)")
+                          f"powers up to 8, ±0.5, -1 and non-integer ones)")
 
     def rotate_half(self, v: Value, what: str, name: str | None = None) -> Value:
         """``cat(-x2, x1)`` of the halves of each row (rotary embeddings): one kernel."""
         return self.emit("rotate_half", v.shape, v.axes,
                          lambda index: E.call("rotate_half", self.block(v, index)), name)
+
+
+def _broadcast_units(planner: Planner, v: Value, longest: list) -> Value:
+    """``v`` with each stored size-1 axis that broadcasts against a longer one
+    turned into a broadcast axis (see :func:`.values.unstore_unit`)."""
+    if v.loader is None:
+        return v
+    lead = len(longest) - v.rank
+    for p, (s, c) in enumerate(zip(v.shape, v.axes)):
+        if s == 1 and c is not None and longest[lead + p] > 1:
+            v = unstore_unit(planner, v, p)
+    return v
 
 
 def _lead(v: Value) -> Value:

@@ -98,8 +98,9 @@ def permute(v: Value, perm: Sequence[int]) -> Value:
                         order=tuple(inverse[p] for p in v.order))
 
 
-def expand(v: Value, shape: Sequence[int]) -> Value:
-    """Broadcast to ``shape`` (new leading axes and size-1 axes become broadcast)."""
+def expand(v: Value, shape: Sequence[int], planner: Planner | None = None) -> Value:
+    """Broadcast to ``shape`` (new leading axes and size-1 axes become broadcast; a
+    stored size-1 axis needs the ``planner``, see :func:`unstore_unit`)."""
     shape = tuple(v.shape[i - (len(shape) - v.rank)] if s == -1 else s
                   for i, s in enumerate(shape))
     lead = len(shape) - v.rank
@@ -108,6 +109,10 @@ def expand(v: Value, shape: Sequence[int]) -> Value:
     for p, (old, new) in enumerate(zip(v.shape, shape[lead:])):
         if old != new and old != 1:
             raise TensorError(f"expand: axis {p} of {old} cannot become {new}")
+        if old != new and v.axes[p] is not None:
+            if planner is None:
+                raise TensorError(f"expand: axis {p} of size 1 is stored")
+            v = unstore_unit(planner, v, p)
     return _pad(v, lead, shape)
 
 
@@ -129,8 +134,11 @@ def insert_axis(v: Value, at: int) -> Value:
                         order=tuple(p + (p >= at) for p in v.order))
 
 
-def drop_axis(v: Value, at: int) -> Value:
-    """``squeeze``/``select`` of a broadcast axis (size 1 or expanded)."""
+def drop_axis(v: Value, at: int, planner: Planner | None = None) -> Value:
+    """``squeeze``/``select`` of a broadcast axis (size 1 or expanded; a stored
+    size-1 axis with the ``planner``, see :func:`unstore_unit`)."""
+    if v.axes[at] is not None and v.shape[at] == 1 and planner is not None:
+        v = unstore_unit(planner, v, at)
     if v.axes[at] is not None:
         raise TensorError(f"cannot drop axis {at} of size {v.shape[at]}")
 
@@ -140,6 +148,28 @@ def drop_axis(v: Value, at: int) -> Value:
                         axes=v.axes[:at] + v.axes[at + 1:],
                         loader=loader if v.loader else None,
                         order=tuple(p - (p > at) for p in v.order))
+
+
+def unstore_unit(planner: Planner, v: Value, at: int) -> Value:
+    """The stored size-1 axis ``at`` (one row ``[1, E]`` of an input) as a broadcast
+    axis, to broadcast against a longer one: a tiled unit axis is summed out of the
+    block (``colsum`` of a one-row block is that row: exact), a point one is
+    indexed at 0."""
+    c = v.axes[at]
+    if c is None or v.shape[at] != 1:
+        raise TensorError(f"axis {at} of size {v.shape[at]} is not a stored unit axis")
+    tiled = at in v.order and not planner.planning
+    side = v.order.index(at) if tiled else None
+
+    def loader(index: Index) -> Expr:
+        e = v.load(tuple(index[:at]) + (IConst(0),) + tuple(index[at + 1:]))
+        if side is None:
+            return e
+        if len(v.order) == 1:
+            raise TensorError("a single stored unit axis cannot broadcast")
+        return E.call("colsum" if side == 0 else "rowsum", e)
+    return attrs.evolve(v, axes=v.axes[:at] + (None,) + v.axes[at + 1:],
+                        loader=loader, order=tuple(p for p in v.order if p != at))
 
 
 def reshape(planner: Planner, v: Value, shape: Sequence[int], what: str) -> Value:
@@ -152,7 +182,7 @@ def reshape(planner: Planner, v: Value, shape: Sequence[int], what: str) -> Valu
     out = v
     for p in reversed(range(out.rank)):
         if out.shape[p] == 1:
-            out = drop_axis(out, p)
+            out = drop_axis(out, p, planner)
     core = [s for s in shape if s != 1]
     out = _regroup(planner, out, core, what)
     for p, s in enumerate(shape):

@@ -1,0 +1,321 @@
+"""Plain PyTorch modules as users write them, at the sizes users have: one row, one
+input feature, one output (a value head), 1-D inputs, integer targets, float64
+inputs. Each matches PyTorch eager in float64."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import blockbuster as bb
+
+from helpers_torch import float64_reference, max_rel_error, run_imported
+
+
+class Classifier(nn.Module):
+    def __init__(self, e=37, f=45, c=10):
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(e), nn.Linear(e, f), nn.Linear(f, c)
+
+    def forward(self, x):
+        return torch.softmax(self.down(F.gelu(self.up(self.norm(x)))), dim=-1)
+
+
+@pytest.mark.parametrize("shape", [(1, 37), (1, 1, 37), (3, 1, 37)])
+def test_one_row_is_still_a_matrix(shape):
+    """A single sample ``[1, E]`` (no sequence axis, or a sequence of one): the
+    norm and the softmax reduce its one row; unfused and fused."""
+    model = Classifier().eval()
+    x = torch.randn(*shape) * 100 + 1e3
+    want = float64_reference(model, x).numpy()
+    for fuse in (False, True):
+        got, _, _ = run_imported(model, x, fuse=fuse)
+        assert got[0].shape == want.shape
+        assert max_rel_error(got[0], want) < 1e-5
+
+
+def test_one_input_feature_and_one_output():
+    """Regression nets: ``Linear(1, H)`` (an outer product: nothing to contract) and
+    ``Linear(H, 1)`` (one output column); a value head on one row."""
+    model = nn.Sequential(nn.Linear(1, 24), nn.Tanh(), nn.Linear(24, 1)).eval()
+    x = torch.randn(100, 1) * 3
+    want = float64_reference(model, x).numpy()
+    for fuse in (False, True):
+        got, _, _ = run_imported(model, x, fuse=fuse)
+        assert max_rel_error(got[0], want) < 1e-5
+    head = nn.Linear(37, 1).eval()                   # a value head on one row
+    x = torch.randn(1, 37)
+    got, _, _ = run_imported(head, x)
+    assert max_rel_error(got[0], float64_reference(head, x).numpy()) < 1e-5
+
+
+def test_one_dimensional_input_through_an_mlp():
+    """``torch.matmul`` of a vector and a matrix (``Linear`` on a ``[E]`` input)."""
+    model = nn.Sequential(nn.Linear(37, 29), nn.SiLU(), nn.Linear(29, 7)).eval()
+    x = torch.randn(37) * 10
+    got, _, _ = run_imported(model, x, fuse=True)
+    assert got[0].shape == (7,)
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
+
+    def vecmat(v, m):
+        return (m @ v) * 2.0, v @ m.T               # matrix·vector and vector·matrix
+    v, m = torch.randn(37), torch.randn(29, 37)
+    got, _, _ = run_imported(vecmat, v, m)
+    v64, m64 = v.double().numpy(), m.double().numpy()
+    assert max_rel_error(got[0], (m64 @ v64) * 2.0) < 1e-5
+    assert max_rel_error(got[1], v64 @ m64.T) < 1e-5
+
+
+def test_a_scalar_result_is_a_clear_error():
+    from blockbuster.frontend.pytorch import ImportError_
+    with pytest.raises(ImportError_, match="0-d|blocks over 1 axis"):
+        bb.from_torch(lambda a, b: a @ b, torch.randn(37), torch.randn(37))
+
+
+@pytest.fixture
+def _dynamo(tmp_path, monkeypatch):
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path))
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compiled_cross_entropy_with_integer_targets(_dynamo):
+    """Index arithmetic (``squeeze`` of an int64 target) stays in PyTorch: a region
+    computes in float32 and must not hand a float tensor to ``gather``."""
+    x, target = torch.randn(37, 29) * 30, torch.randint(0, 29, (37, 1))
+
+    def loss(x, t):
+        return F.cross_entropy(torch.log_softmax(x, -1), t.squeeze(-1), reduction="none")
+    fast = torch.compile(loss, backend="blockbuster", options={"backend": "reference"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = fast(x, target)
+    want = loss(x.double(), target)
+    assert got.shape == want.shape
+    assert float((got.double() - want).abs().max()) < 1e-4
+
+
+def test_compiled_float64_model_returns_float64(_dynamo):
+    model = nn.Sequential(nn.Linear(13, 7), nn.GELU()).double().eval()
+    x = torch.randn(5, 13, dtype=torch.float64)
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad():
+        got, want = fast(x), model(x)
+    assert got.dtype == torch.float64
+    assert float((got - want).abs().max()) < 1e-5
+    assert np.isfinite(got.numpy()).all()
+
+
+def test_expanded_output_and_selected_rows():
+    """``x[i]`` of a batch (a point axis) or of one row is a view; one element of a
+    tiled axis, and an output expanded by broadcasting (its array would hold fewer
+    elements than the tensor), are clear errors."""
+    from blockbuster.frontend.pytorch import ImportError_
+
+    def f(x, r):
+        return torch.softmax(x[1], -1), r[0] * 2
+    x, r = torch.randn(3, 7, 37) * 1e3, torch.randn(1, 37)
+    got, _, _ = run_imported(f, x, r)
+    x64 = x.double()
+    assert max_rel_error(got[0], torch.softmax(x64[1], -1).numpy()) < 1e-6
+    assert max_rel_error(got[1], r.double()[0].numpy() * 2) < 1e-6
+    with pytest.raises(ImportError_, match="select.*single element"):
+        bb.from_torch(lambda x: x[:, 0] * 2, x)
+    with pytest.raises(ImportError_, match="expanded by broadcasting"):
+        bb.from_torch(lambda x: x.amax(-1, keepdim=True).expand_as(x), x)
+
+
+def test_compiled_normalize_and_a_scalar_statistic(_dynamo):
+    """``F.normalize`` (its norm is left to PyTorch: the clamp and the expanded
+    divisor come back at full shape) and a per-vector statistic of a 1-D input
+    (a 0-d result, left to PyTorch with its reason) match eager."""
+    x = torch.randn(7, 100) * 1e3
+    fast = torch.compile(lambda x: F.normalize(x, dim=-1), backend="blockbuster",
+                         options={"backend": "reference"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = fast(x)
+    want = F.normalize(x.double(), dim=-1)
+    assert float((got.double() - want).abs().max()) < 1e-6
+    assert any("linalg_vector_norm" in str(w.message) for w in caught)
+    torch._dynamo.reset()
+
+    def rms(v):
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)
+    v = torch.randn(129) * 30
+    fast = torch.compile(rms, backend="blockbuster", options={"backend": "reference"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = fast(v)
+    assert float((got.double() - rms(v.double())).abs().max()) < 1e-5
+    text = " ".join(str(w.message) for w in caught)
+    assert "no axis to store" in text and "internal error" not in text
+
+
+class HandLayerNorm(nn.Module):
+    """LayerNorm as people write it with ``var`` (and ``std`` for a z-score)."""
+
+    def __init__(self, e=37):
+        super().__init__()
+        self.g, self.b = nn.Parameter(torch.rand(e) + 0.5), nn.Parameter(torch.randn(e))
+
+    def forward(self, x):
+        m, v = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+        z = (x - m) / (x.std(-1, keepdim=True) + 1e-3)
+        return (x - m) / torch.sqrt(v + 1e-5) * self.g + self.b, z, x.var(-2)
+
+
+def test_var_and_std_at_large_means():
+    model = HandLayerNorm().eval()
+    x = torch.randn(3, 7, 37) * 10 + 1e4
+    with torch.no_grad():
+        want = [w.numpy() for w in _float64(model, x)]
+    for fuse in (False, True):
+        got, _, _ = run_imported(model, x, fuse=fuse)
+        for g, w in zip(got, want):
+            assert max_rel_error(g, w) < 1e-4, fuse
+
+
+def _float64(model, x):
+    import copy
+    return copy.deepcopy(model).double()(x.double())
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_more_activations(scale):
+    def acts(x):
+        return (F.leaky_relu(x, 0.1), F.elu(x), F.softplus(x), F.softplus(x, 2.0, 5.0),
+                F.hardtanh(x), F.relu6(x), x.abs().pow(0.3), x ** 2.5)
+    x = torch.randn(37, 29) * scale
+    got, _, _ = run_imported(acts, x, fuse=True)
+    with torch.no_grad():
+        want = [w.numpy() for w in acts(x.double())]
+    for g, w in zip(got, want):
+        assert np.array_equal(np.isnan(g), np.isnan(w))          # x ** 2.5 of x < 0
+        assert max_rel_error(np.nan_to_num(g), np.nan_to_num(w)) < 1e-5
+
+
+def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeypatch,
+                                                              capsys):
+    """``run model.py:factory``: a non-tensor example argument (specialised by the
+    export) is passed to the eager oracle as given, not dropped (the oracle used
+    the default and validation failed); a one-row model validates too."""
+    import json
+    import textwrap
+
+    from blockbuster import cli
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "mine.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Scaled(torch.nn.Module):
+            def forward(self, x, scale: float = 2.0, y=None):
+                return x * scale + y
+
+        def scaled():
+            return Scaled(), (torch.randn(7, 37), 3.0, torch.randn(7, 37))
+
+        def one_row():
+            torch.manual_seed(0)
+            return (torch.nn.Sequential(torch.nn.LayerNorm(37), torch.nn.Linear(37, 1)),
+                    (torch.randn(1, 37) * 1e3,))
+    """))
+    for factory in ("scaled", "one_row"):
+        status = cli.main(["run", f"{tmp_path / 'mine.py'}:{factory}", "--backend",
+                           "reference", "--json"])
+        out = capsys.readouterr()
+        assert status == 0, out.err
+        assert json.loads(out.out)["validation"]["passed"]
+
+
+def test_compiled_regions_say_once_that_they_run_without_autograd(_dynamo):
+    from blockbuster.frontend.pytorch.dynamo import NoGradWarning
+    model = nn.Sequential(nn.Linear(13, 7), nn.Tanh()).eval()
+    x = torch.randn(5, 13)
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            fast(x)
+        assert not [w for w in caught if issubclass(w.category, NoGradWarning)]
+        got = fast(x)                           # parameters require grad: said once
+        fast(x)
+    said = [w for w in caught if issubclass(w.category, NoGradWarning)]
+    assert len(said) == 1 and "without autograd" in str(said[0].message)
+    assert not got.requires_grad
+    assert float((got - model(x)).abs().max()) < 1e-5
+
+
+def test_a_learnable_scalar_survives_the_text_form():
+    """A parameter of shape [1] (a temperature) is a weight with no dimensions:
+    ``import`` writes it as ``t[]``, and the text reads back and runs."""
+    class Tempered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t = nn.Parameter(torch.full((1,), 0.5))
+            self.proj = nn.Linear(37, 29)
+
+        def forward(self, x):
+            return torch.softmax(self.proj(x) * self.t, -1)
+    model, x = Tempered().eval(), torch.randn(7, 37) * 10
+    program = bb.from_torch(model, x)
+    again = bb.parse_program(bb.format_program(program))
+    out = bb.compile(bb.fuse(again).program, backend="reference")(
+        x=x.numpy(), **program.params)
+    want = float64_reference(model, x).numpy()
+    assert max_rel_error(out[program.outputs[0]], want) < 1e-5
+
+
+def test_reductions_over_a_size_one_or_expanded_axis():
+    """softmax over an axis of one element is 1 (log-softmax 0); a sum over an
+    expanded axis is n times the value; max and mean over one element are it."""
+    def f(x, y):
+        return (torch.softmax(x, 0), F.log_softmax(x, 0) + x, x.amax(0) + x.mean(0),
+                y.unsqueeze(0).expand(5, 7, 37).sum(0))
+    x, y = torch.randn(1, 7, 129) * 1e3, torch.randn(7, 37)
+    got, _, _ = run_imported(f, x, y)
+    with torch.no_grad():
+        want = [w.numpy() for w in f(x.double(), y.double())]
+    for g, w in zip(got, want):
+        assert max_rel_error(g, w) < 1e-6
+
+
+def test_padding_mask_of_batch_and_keys_and_boolean_mask_algebra():
+    """A boolean padding mask ``[B, T]`` broadcast as ``~m[:, None, None, :]`` into
+    scores ``[B, H, T, T]``: its batch axis is iterated, its keys tiled (the input
+    would otherwise be tiled over both); ``~``, ``&`` and ``|`` of masks."""
+    import math
+
+    def attention(q, k, v, m):
+        a = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        a = a.masked_fill(~m[:, None, None, :], float("-inf"))
+        return torch.softmax(a, -1) @ v
+
+    q, k, v = (torch.randn(3, 2, 37, 8) * 3 for _ in range(3))
+    m = torch.ones(3, 37, dtype=torch.bool)
+    m[1, 30:], m[2, 5:] = False, False
+    for fuse in (False, True):
+        got, _, _ = run_imported(attention, q, k, v, m, fuse=fuse)
+        want = attention(q.double(), k.double(), v.double(), m).numpy()
+        assert max_rel_error(got[0], want) < 1e-5
+
+    def masks(x, m1, m2):
+        return x.masked_fill(m1 & m2, 2.0) * (m1 | m2) + torch.logical_not(m2) * x
+    x, m1, m2 = torch.randn(7, 37), torch.rand(7, 37) > 0.5, torch.rand(7, 37) > 0.3
+    got, _, _ = run_imported(masks, x, m1, m2)
+    assert max_rel_error(got[0], masks(x.double(), m1, m2).numpy()) < 1e-6
+    from blockbuster.frontend.pytorch import ImportError_
+    with pytest.raises(ImportError_, match="only boolean masks"):
+        bb.from_torch(lambda x, i: x * ~i, x, torch.randint(0, 5, (7, 37)))
+
+
+def test_unequal_chunks_say_why():
+    from blockbuster.frontend.pytorch import ImportError_
+    with pytest.raises(ImportError_, match="axis of 37 cannot be cut into blocks of 13"):
+        bb.from_torch(lambda a: a.chunk(3, -1)[1] * 2, torch.randn(7, 37))
