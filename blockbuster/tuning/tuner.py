@@ -58,6 +58,9 @@ TIE = 0.03
 #: rough, and measured ones on a shared machine are noisy by a few per cent.
 MODEL_MARGIN = 1.2
 MEASURE_MARGIN = 1.05
+#: Measured times this close to the fastest are ties: repeated tunings on a shared
+#: machine differ by a few per cent, and the model then says which to keep.
+MEASURED_TIE = 0.02
 
 
 @attrs.frozen
@@ -120,9 +123,12 @@ def _busy_enough(scored, cores: int):
 
 def _pick(ranked, measured, timed, initial) -> int:
     """The fastest measured candidate, else the model's best, unless the initial
-    blocks are within the margin of it."""
+    blocks are within the margin of it. Measured times within ``MEASURED_TIE`` of the
+    fastest are ties (the machine's noise), broken by the modeled time."""
     if timed:
-        best = min(timed, key=lambda i: measured[i])
+        fastest = min(measured[i] for i in timed)
+        ties = [i for i in timed if measured[i] <= fastest * (1 + MEASURED_TIE)]
+        best = min(ties, key=lambda i: (ranked[i][1].seconds, measured[i]))
         score, margin = (lambda i: measured[i]), MEASURE_MARGIN
     else:
         best = 0

@@ -47,6 +47,27 @@ def test_the_fastest_by_the_timer_wins():
     assert measured[tuple(sorted(fastest.items()))] == 0.001
 
 
+def test_measured_ties_go_to_the_model():
+    # Within 2 % of each other two candidates are the machine's noise: the one the
+    # model prices lower wins, although its measurement was 1 % slower.
+    tunable, backend = _setup()
+    modeled = tune(tunable, backend, "model", use_cache=False)
+    order = [c["blocks"] for c in modeled.candidates if c["blocks"] != tunable.initial]
+    assert len(order) >= 2
+    favourite, other = order[0], order[-1]
+
+    def timer(compiled, inputs):
+        blocks = blocks_of(compiled.program, tunable.sizes)
+        return 1.01 if blocks == favourite else 1.0 if blocks == other else 5.0
+    tuned = tune(tunable, backend, "measure", timer=timer, budget_s=1e9, use_cache=False)
+    assert tuned.blocks == favourite
+    # Clearly faster (5 %) beats the model.
+    clear = lambda compiled, inputs: 0.95 if blocks_of(compiled.program, tunable.sizes) == other \
+        else timer(compiled, inputs)
+    assert tune(tunable, backend, "measure", timer=clear, budget_s=1e9,
+                use_cache=False).blocks == other
+
+
 def test_measure_stops_at_the_budget_and_skips_clearly_slower_repeats():
     ticks = itertools.count()
     clock = lambda: float(next(ticks))
