@@ -39,7 +39,9 @@ def paper_figure(A, B) -> dict:
 
 
 def _silu(x):
-    return x / (1.0 + np.exp(-x))
+    # exp(-x) overflows to inf for x < -88 (float32): x / inf is the right limit, 0.
+    with np.errstate(over="ignore"):
+        return x / (1.0 + np.exp(-x))
 
 
 def rmsnorm_ffn_swiglu(X, g, W1, W3, W2) -> dict:
