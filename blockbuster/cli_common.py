@@ -8,6 +8,7 @@ import argparse
 import json
 
 from .cli_args import parse_assignments, seconds_arg
+from .tuning.mode import DEFAULT_BUDGET_S
 
 EXIT_OK, EXIT_VALIDATION_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 128 + 13          # what a shell reports for a process killed by SIGPIPE
@@ -62,4 +63,4 @@ def add_tune_args(p: argparse.ArgumentParser, what: str = "") -> None:
                         "Choices are cached in $BLOCKBUSTER_CACHE/tuning")
     p.add_argument("--tune-seconds", type=seconds_arg, metavar="S", default=None,
                    help="measurement budget: no new candidate is started after S seconds "
-                        "(default $BLOCKBUSTER_TUNE_SECONDS, else 30)")
+                        f"(default $BLOCKBUSTER_TUNE_SECONDS, else {DEFAULT_BUDGET_S:g})")
