@@ -51,7 +51,7 @@ from .pieces import (Part, assemble, declarations, fresh_names, names_of,
 # seeds are O(window × kernels) engine runs of up to ``window`` kernels each), not on
 # the pieces, which grow by cost. Measured on Llama, GPT-2 and BERT layers and stacks
 # (``benchmarks/bench_fuse_speed.py``): 6 fuses them about as well as 14 did (an equal
-# or lower cost-model objective on 20 of 26 layer/hardware pairs, at most 2.3 % higher
+# or lower cost-model objective on 18 of 26 layer/hardware pairs, at most 2.3 % higher
 # on the rest), three times faster.
 DEFAULT_WINDOW = 6
 # How far growth tries to move the seam between two pieces: a piece takes a seed of
