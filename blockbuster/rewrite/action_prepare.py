@@ -86,7 +86,9 @@ def _prep_layout(program: Program, node: Expr, inputs: set) -> list | None:
     return [(by_dim[a], a) for a in axes]
 
 
-def _prepare(program: Program, kernel: Kernel, node: Expr, layout: list) -> Program:
+def _prep_kernel(program: Program, node: Expr, layout: list):
+    """(a kernel storing ``node`` in a new array, the array, a load of it) with the
+    first free name ``prepN``."""
     from ..ir.program import Store
     from ..ir.types import GlobalArray
     taken = {a.name for a in program.arrays} | {k.name for k in program.kernels}
@@ -94,11 +96,17 @@ def _prepare(program: Program, kernel: Kernel, node: Expr, layout: list) -> Prog
     while f"prep{n}" in taken:
         n += 1
     name = f"prep{n}"
-    prep = Kernel(name, tuple(layout), (Store(name, tuple(IVar(v) for v, _ in layout), node),))
-    load = Expr("load", (), LoadAttr(name, tuple(IVar(v) for v, _ in layout)))
+    index = tuple(IVar(v) for v, _ in layout)
+    prep = Kernel(name, tuple(layout), (Store(name, index, node),))
+    return (prep, GlobalArray(name, tuple(d for _, d in layout)),
+            Expr("load", (), LoadAttr(name, index)))
+
+
+def _prepare(program: Program, kernel: Kernel, node: Expr, layout: list) -> Program:
+    prep, array, load = _prep_kernel(program, node, layout)
     replaced = replace_in_kernel(program, kernel, {node: load})
     return replaced.evolve(kernels=(prep,) + replaced.kernels,
-                           arrays=replaced.arrays + (GlobalArray(name, tuple(d for _, d in layout)),))
+                           arrays=replaced.arrays + (array,))
 
 
 def _passenger_applications(program: Program, kernel: Kernel,
@@ -132,9 +140,7 @@ def _prepare_passenger(program: Program, kernel: Kernel, node: Expr, i: int,
     out = comb.head_outputs + i - comb.head          # the passenger's output
     rest = Expr("reduce", node.args[:i] + node.args[i + 1:], node.attr)
     single = reduction_outputs(rest) == 1
-    prepared = _prepare(program, kernel, total, layout)
-    prep = prepared.kernels[0]
-    load = Expr("load", (), LoadAttr(prep.name, tuple(IVar(v) for v, _ in layout)))
+    prep, array, load = _prep_kernel(program, total, layout)
     mapping = {}
     for store in kernel.stores:
         for n in store.value.walk():
@@ -144,4 +150,4 @@ def _prepare_passenger(program: Program, kernel: Kernel, node: Expr, i: int,
                               else Expr("proj", (rest,), j - (j > out)))
     replaced = replace_in_kernel(program, kernel, mapping)
     return replaced.evolve(kernels=(prep,) + replaced.kernels,
-                           arrays=prepared.arrays)
+                           arrays=replaced.arrays + (array,))

@@ -25,6 +25,7 @@ from blockbuster.ir.expr import Expr, ReduceAttr
 from blockbuster.ir.index import free_vars
 from blockbuster.ir.program import Store
 
+
 def hoist_invariant_bodies(stores, serial) -> list[Store]:
     """``stores`` with every splittable reduction split into the bodies that use its
     innermost serial loop and the others (again on the split-off part, which may
@@ -41,8 +42,6 @@ def hoist_invariant_bodies(stores, serial) -> list[Store]:
 
 
 def _hoist_once(stores, order: dict[str, int]) -> list[Store]:
-    if not order:
-        return stores
     memo: dict[Expr, Expr] = {}
     splits: dict[Expr, list] = {}        # old reduce -> [(new reduce, its outputs)]
 
