@@ -73,6 +73,7 @@ import math
 import attrs
 
 from ..ir.kernel_key import declarations_used, kernel_key
+from ..ir.prep import weight_derived_kernels
 from ..ir.program import Kernel, Program
 from .counter import KernelCounter
 from .counting import LoopSums
@@ -88,7 +89,7 @@ class KernelCost:
     flops: int
     fits: bool                # local_bytes <= hardware.local_capacity_bytes (per core)
     time_estimate: float      # seconds, roofline
-    weight_prep: bool = False  # reads only weights: done once, not on every call
+    weight_prep: bool = False  # reads only weights and what other prep kernels compute: done once
     local_traffic_bytes: int = 0   # bytes crossing the local tier (see the module doc)
     instances: int = 1             # parallel instances (iterations of the kernel loops)
 
@@ -208,7 +209,8 @@ def cost(program: Program, hardware: Hardware) -> Cost:
         sums = _shared_sums()   # kernels (of one program, of every step) share loop nests
         per_kernel = [_cached_kernel_cost(k, program, hw, sums)
                       for k in program.kernels]
-        per_kernel = [attrs.evolve(c, weight_prep=True) if _is_weight_prep(k, program) else c
+        prep = set(weight_derived_kernels(program))
+        per_kernel = [attrs.evolve(c, weight_prep=True) if k.name in prep else c
                       for k, c in zip(program.kernels, per_kernel)]
         compulsory = sum(math.prod(program.shape(a))
                          for a in program.inputs + program.outputs) * hw.element_bytes
@@ -259,12 +261,6 @@ def _cached_kernel_cost(kernel: Kernel, program: Program, hw: Hardware,
         hit = attrs.evolve(hit, name=kernel.name)
     _KERNEL_COSTS[exact] = hit
     return hit
-
-
-def _is_weight_prep(kernel: Kernel, program: Program) -> bool:
-    reads = kernel.reads()
-    return (bool(reads) and reads <= set(program.weights)
-            and not set(kernel.writes()) & set(program.outputs))
 
 
 def kernel_cost(kernel: Kernel, program: Program, hardware: Hardware,

@@ -8,12 +8,19 @@ from typing import Iterator
 from ..ir.combiners import COMBINERS
 from ..ir.expr import Expr, LoadAttr, ReduceAttr
 from ..ir.index import IVar
+from ..ir.prep import weight_derived_kernels
 from ..ir.program import Kernel, Program
 from .action_base import Application, reduction_outputs
 from .subst import replace_in_kernel
 
 
 # --- prepare_weights (weight preparation) ------------------------------------------
+
+def weight_derived_arrays(program: Program) -> set[str]:
+    """The weights, and the arrays that weight-preparation kernels write."""
+    prep = set(weight_derived_kernels(program))
+    return set(program.weights).union(*(k.writes() for k in program.kernels if k.name in prep))
+
 
 _NOT_PREPARED = ("reduce", "map", "get", "runmax", "pos", "proj", "pvar")
 
@@ -26,8 +33,11 @@ def find_prepare_weights(program: Program) -> Iterator[Application]:
     First the passengers of a fused reduction that read weights only (the column sums
     ``colsum(rowscale(beta[k], W[k, n]))`` that LayerNorm·W accumulates beside its
     ``dot``): their sum over the reduction's range is prepared, and the reduction
-    keeps its other bodies. Then single expressions."""
-    inputs = set(program.weights)
+    keeps its other bodies. Then single expressions.
+
+    Arrays that preparation kernels compute count as weights: the column sums of a
+    prepared ``gamma·W`` are prepared in turn, not summed again on every call."""
+    inputs = weight_derived_arrays(program)
     for kernel in program.kernels:
         yield from _passenger_applications(program, kernel, inputs)
     for kernel in program.kernels:
@@ -102,11 +112,18 @@ def _prep_kernel(program: Program, node: Expr, layout: list):
             Expr("load", (), LoadAttr(name, index)))
 
 
+def _insert_before(program: Program, consumer: str, prep: Kernel, array) -> Program:
+    """``program`` with ``prep`` just before the kernel ``consumer``: after the
+    kernels computing what it reads (other prepared arrays among them)."""
+    at = [k.name for k in program.kernels].index(consumer)
+    return program.evolve(kernels=program.kernels[:at] + (prep,) + program.kernels[at:],
+                          arrays=program.arrays + (array,))
+
+
 def _prepare(program: Program, kernel: Kernel, node: Expr, layout: list) -> Program:
     prep, array, load = _prep_kernel(program, node, layout)
     replaced = replace_in_kernel(program, kernel, {node: load})
-    return replaced.evolve(kernels=(prep,) + replaced.kernels,
-                           arrays=replaced.arrays + (array,))
+    return _insert_before(replaced, kernel.name, prep, array)
 
 
 def _passenger_applications(program: Program, kernel: Kernel,
@@ -149,5 +166,4 @@ def _prepare_passenger(program: Program, kernel: Kernel, node: Expr, i: int,
                 mapping[n] = (load if j == out else rest if single
                               else Expr("proj", (rest,), j - (j > out)))
     replaced = replace_in_kernel(program, kernel, mapping)
-    return replaced.evolve(kernels=(prep,) + replaced.kernels,
-                           arrays=replaced.arrays + (array,))
+    return _insert_before(replaced, kernel.name, prep, array)

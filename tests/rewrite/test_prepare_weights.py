@@ -118,3 +118,52 @@ def test_weight_only_passengers_of_a_fused_reduction_are_prepared():
     assert len(rest.args) == 2                              # X, and the dot
     out = compile_program(twice)(dict(x))["Y"]
     assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max()
+
+
+# gamma·W prepared already (prep1), and a column sum of it still in the per-call
+# kernel: what fusion leaves when gamma·W is prepared before its column sums are.
+CHAINED = f"""
+program chained
+dim M = {M} block 16
+dim K = {K} block 32
+dim N = {N} block 16
+input X[M, K]
+weight gamma[K]
+weight W[K, N]
+output Y[M, N]
+array prep1[K, N]
+kernel prep1 for k in K, n in N:
+  prep1[k, n] = rowscale(gamma[k], W[k, n])
+kernel Y for m in M, n in N:
+  Y[m, n] = add(sum(k in K: dot(X[m, k], prep1[k, n])), outer(sum(k in K: rowsum(X[m, k])), sum(k in K: colsum(prep1[k, n]))))
+"""
+
+
+def test_a_sum_of_a_prepared_array_is_prepared_after_it():
+    from blockbuster.cost.hardware import DEFAULT_HARDWARE
+    from blockbuster.cost.model import cost
+    from blockbuster.ir.prep import split_weight_prep
+    program = parse_program(CHAINED)
+    (app,) = [a for a in find_prepare_weights(program) if a.kernel == "Y"]
+    assert app.before.op == "reduce" and app.before.attr.dim == "K"
+    prepared = app.build()
+    verify(prepared)
+    # It reads prep1, so it runs after prep1's kernel (and before the kernel using it).
+    names = [k.name for k in prepared.kernels]
+    (new,) = set(names) - {"prep1", "Y"}
+    assert names == ["prep1", new, "Y"]
+    split = split_weight_prep(prepared)
+    assert [k.name for k in split.per_call.kernels] == ["Y"]
+    assert not any(n.op == "colsum" for n in split.per_call.kernels[0].stores[0].value.walk())
+    # The cost model counts both preparation kernels as done once.
+    marks = [k.weight_prep for k in cost(prepared, DEFAULT_HARDWARE).per_kernel]
+    assert marks == [True, True, False]
+    rng = np.random.default_rng(3)
+    x = {"X": (rng.standard_normal((M, K)) * 1e3).astype(np.float32),
+         "gamma": rng.standard_normal(K).astype(np.float32),
+         "W": rng.standard_normal((K, N)).astype(np.float32)}
+    d = {n: v.astype(np.float64) for n, v in x.items()}
+    gw = d["gamma"][:, None] * d["W"]
+    want = d["X"] @ gw + np.outer(d["X"].sum(1), gw.sum(0))
+    out = compile_program(prepared)(dict(x))["Y"]
+    assert np.abs(out - want).max() <= 1e-5 * np.abs(want).max()
