@@ -4,6 +4,8 @@ CSE, loop-invariant hoisting, no loop over a single block, comments naming kerne
 and stores)."""
 
 import ast
+
+import numpy as np
 import re
 from pathlib import Path
 
@@ -206,3 +208,24 @@ def test_triangular_work_is_split_evenly_over_the_threads():
     assert abs(halves[0] - halves[1]) <= 1, halves
     # A kernel whose iterations are alike keeps the plain order.
     assert "balanced" not in generate_source(fused("attention", N=640), threads=2)
+
+
+def test_a_count_of_ones_is_the_extent_not_a_loop(numba_backend):
+    # sum(rowsum(ones(x))) counts the elements of a row (the pivot's mean divides by
+    # it): the extent of each block, ragged last block included, with no loop adding
+    # ones. The mean is checked against NumPy on a row mean of 1e4.
+    p = program("""
+        program rowmean
+        dim M = 37 block 16
+        dim K = 70 block 32
+        input X[M, K]
+        output Y[M]
+        kernel Y for m in M:
+          Y[m] = mul(sum(k in K: rowsum(X[m, k])), recip(sum(k in K: rowsum(ones(X[m, k])))))
+        """)
+    body = kernel_body(generate_source(p, threads=2), "Y")
+    assert "ONE)" not in body.replace("(ONE /", "")       # no running sum of ones
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((37, 70)) + 1e4).astype(np.float32)
+    got = numba_backend.compile(p)(X=x)["Y"]
+    np.testing.assert_allclose(got, x.astype(np.float64).mean(1), rtol=1e-6)

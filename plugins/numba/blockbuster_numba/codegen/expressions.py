@@ -135,6 +135,11 @@ def emit_inblock_reduce(g, node: Expr, a: Block, frame: Frame) -> Block:
         return ew.materialize(g, a, want=node)
     name = g.names.fresh(op)
     axes = (a.axes[0],) if op.startswith("row") else (a.axes[1],)
+    if op.endswith("sum") and a.lazy and a.node.op == "ones":
+        # A count (the pivot's mean divides by one): the extent summed over, no loop.
+        summed = a.axes[1] if op.startswith("row") else a.axes[0]
+        frame.lines.append(f"{name} = np.full({g.x.shape(axes)}, DT({g.x.ext(summed)}), DT)")
+        return Block(axes, name=name, frame=frame, hint=op)
     # A row's running sum may be reassociated (radd_): the loop vectorises.
     combine = ("maximum_({0}, {1})" if not op.endswith("sum") else
                "radd_({0}, {1})" if op.startswith("row") else "{0} + {1}")
