@@ -119,6 +119,30 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
             undef = ir.Constant(vty, ir.Undefined)
             splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), vw), [0] * vw)
 
+            base = builder.bitcast(c_arr.data, ir.IntType(8).as_pointer())
+            c_rows = []
+            for i in range(mr):
+                row = builder.add(i0_v, ir.Constant(i64, i))
+                off = builder.add(builder.mul(row, row_stride),
+                                  builder.mul(j0_v, ir.Constant(i64, 4)))
+                c_rows.append(builder.gep(base, [off]))
+            if not to_tile:
+                # The tile of C is read after the k loop: fetch it now, so that its
+                # cache misses overlap the loop instead of stalling the store.
+                prefetch = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(ir.VoidType(), [
+                        ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
+                        ir.IntType(32)]), "llvm.prefetch.p0i8")
+                i32 = ir.IntType(32)
+                for row_ptr in c_rows:
+                    for byte in range(0, nr * 4, 64):
+                        builder.call(prefetch, [builder.gep(row_ptr, [ir.Constant(i64, byte)]),
+                                                ir.Constant(i32, 1), ir.Constant(i32, 3),
+                                                ir.Constant(i32, 1)])
+                    builder.call(prefetch, [builder.gep(row_ptr, [ir.Constant(i64, nr * 4 - 1)]),
+                                            ir.Constant(i32, 1), ir.Constant(i32, 3),
+                                            ir.Constant(i32, 1)])
+
             pre = builder.block
             loop = builder.append_basic_block("mk.loop")
             done = builder.append_basic_block("mk.done")
@@ -158,12 +182,8 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
                 out.add_incoming(zero, pre)
                 out.add_incoming(n, latch)
                 outs.append(out)
-            base = builder.bitcast(c_arr.data, ir.IntType(8).as_pointer())
             for i in range(mr):
-                row = builder.add(i0_v, ir.Constant(i64, i))
-                off = builder.add(builder.mul(row, row_stride),
-                                  builder.mul(j0_v, ir.Constant(i64, 4)))
-                row_ptr = builder.bitcast(builder.gep(base, [off]), f32.as_pointer())
+                row_ptr = builder.bitcast(c_rows[i], f32.as_pointer())
                 for v in range(nv):
                     out = outs[i * nv + v]
                     ptr = builder.bitcast(builder.gep(row_ptr, [ir.Constant(i64, v * vw)]),
