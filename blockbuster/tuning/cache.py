@@ -37,8 +37,9 @@ def rules_digest(rules) -> str:
 
 
 #: Bumped when the tuner chooses differently for the same key (old choices are then
-#: made again, not reused). 2: wide assignments measured too.
-TUNER_VERSION = 2
+#: made again, not reused). 2: wide assignments measured too. 3: a deep wide
+#: assignment, Numba blocks in multiples of the micro-kernel tile.
+TUNER_VERSION = 3
 
 
 def _version() -> str:

@@ -67,14 +67,21 @@ def combinations(sizes: dict[str, int], cores: int, c: BlockConstraints) -> list
     return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
 
 
-def wide_assignments(sizes: dict[str, int], cores: int, c: BlockConstraints) -> list[dict]:
+def wide_assignments(sizes: dict[str, int], cores: int, c: BlockConstraints,
+                     reduced: frozenset = frozenset()) -> list[dict]:
     """Large blocks, as candidates beside the cost model's: per dimension the largest
     of its choices at most ``WIDE_BLOCK`` wide and, for a dimension wider than that,
     splitting it into at least ``cores`` blocks (then ``2 * cores``). Why: the cost
     model ranks re-blockings of the program fused at the default blocks, but at
     large blocks fusion may build another program altogether (one mega-kernel whose
     block matmuls run at the micro-kernel's full speed), which only a measurement
-    sees. None where the local capacity is hard (shared memory)."""
+    sees. None where the local capacity is hard (shared memory).
+
+    ``reduced``: dimensions that no per-call kernel runs in parallel (only summed
+    over). Splitting them keeps no core busy, and a block matmul is fastest with the
+    whole depth in one call (its driver blocks the depth for the caches itself, and
+    every extra block streams the product through the caches once more), so one
+    more candidate takes each of them at its largest choice."""
     if c.hard_capacity:
         return []
     out = []
@@ -87,4 +94,8 @@ def wide_assignments(sizes: dict[str, int], cores: int, c: BlockConstraints) -> 
             blocks[d] = max(fitting) if fitting else choices[0]
         if blocks not in out:
             out.append(blocks)
+    deep = {**out[0], **{d: max(dim_choices(n, cores, c)) for d, n in sizes.items()
+                         if d in reduced}}
+    if deep not in out:
+        out.append(deep)
     return out

@@ -140,6 +140,25 @@ def _pick(ranked, measured, timed, initial) -> int:
     return best
 
 
+def reduced_dims(program: Program) -> frozenset:
+    """Dimensions the per-call kernels only sum over: no kernel loops over them (in
+    parallel) and no ``map`` holds a row along them."""
+    from ..ir.prep import weight_derived_kernels
+    prep = set(weight_derived_kernels(program))
+    summed, other = set(), set()
+    for k in program.kernels:
+        if k.name in prep:
+            continue
+        other.update(d for _, d in k.loops)
+        for store in k.stores:
+            for n in store.value.walk():
+                if n.op == "reduce":
+                    summed.add(n.attr.dim)
+                elif n.op == "map":
+                    other.add(n.attr.dim)
+    return frozenset(summed - other)
+
+
 def search(base: Program, tunable: Tunable, hardware, constraints) -> list[tuple[dict, Modeled]]:
     """Coordinate search over the tuned dimensions; every assignment it priced."""
     choices = {d: dim_choices(n, hardware.cores, constraints) for d, n in tunable.sizes.items()}
@@ -227,7 +246,8 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
     wide = []
     if mode == "measure":
         taken = {_key(b) for b, _, _ in finalists}
-        wide = [found for blocks in wide_assignments(tunable.sizes, hardware.cores, constraints)
+        wide = [found for blocks in wide_assignments(tunable.sizes, hardware.cores, constraints,
+                                                     reduced_dims(base))
                 if _key(blocks) not in taken and (found := priced(blocks)) is not None]
     ranked = _order(_busy_enough([(b, m) for b, m, _ in finalists], hardware.cores))
     by_key = {_key(b): p for b, _, p in finalists + wide}

@@ -93,3 +93,20 @@ def test_tile_shape_follows_the_instruction_set():
     assert mk.tile_shape(set()) == (4, 4, 8)
     vw, mr, nr = mk.VW, mk.MR, mk.NR
     assert nr % vw == 0 and mr * nr // vw + nr // vw + 1 <= (32 if vw == 16 else 16)
+
+
+def test_tuned_blocks_are_whole_register_tiles_of_columns():
+    # The tuner's candidates for this backend are multiples of the micro-kernel's
+    # tile width, so no block matmul has a ragged last strip (it goes through a
+    # scratch tile); a whole dimension smaller than that stays whole.
+    from blockbuster.tuning.candidates import dim_choices, wide_assignments
+    from blockbuster.tuning.constraints import constraints_of
+    from blockbuster_numba import backend
+    from blockbuster_numba.microkernel import NR
+    c = constraints_of(backend)
+    assert c.multiple % NR == 0
+    for size in (2816, 3000, 1000, 130):
+        for b in dim_choices(size, 2, c):
+            assert b == size or b % NR == 0
+    assert dim_choices(20, 2, c) == (20,)
+    assert all(b % NR == 0 for w in wide_assignments({"H": 2816}, 2, c) for b in w.values())

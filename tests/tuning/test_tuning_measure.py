@@ -7,7 +7,8 @@ import pytest
 from helpers_tuning import WrappedBackend, blocks_of, machine
 
 from blockbuster.tuning import tune
-from blockbuster.tuning.candidates import wide_assignments
+from blockbuster.tuning.tuner import reduced_dims
+from blockbuster.tuning.candidates import dim_choices, wide_assignments
 from blockbuster.tuning.constraints import NUMBA, STRICT
 from blockbuster.tuning.measure import measure
 from blockbuster.tuning.targets import fuser, workload_tunable
@@ -165,8 +166,10 @@ def test_wide_assignments_are_measured_cheapest_modeled_first():
     sizes = {"M": 3000, "K": 1100, "N": 130}
     hw = machine()
     tunable = workload_tunable("layernorm_matmul", sizes, {}, fuser(None, hw))
-    wide = wide_assignments(sizes, hw.cores, NUMBA)
-    assert len(wide) == 2
+    wide = wide_assignments(sizes, hw.cores, NUMBA, reduced_dims(tunable.derive(
+        {"M": 64, "K": 64, "N": 64})))
+    assert len(wide) == 3 and wide[2]["K"] == 1100          # the deep one: K summed only
+    wide = wide[:2]
     tuned = tune(tunable, WrappedBackend(hw, NUMBA), "measure", timer=lambda c, i: 1.0,
                  budget_s=1e9, use_cache=False)
     measured = [c for c in tuned.candidates if c["blocks"] in wide]
@@ -179,6 +182,28 @@ def test_no_wide_assignments_where_the_local_capacity_is_hard():
     # 4096 in at least 2 (then 4) blocks of at most 1024: 1024 both times, kept once.
     assert wide_assignments({"M": 4096, "N": 100}, 2, NUMBA) == [{"M": 1024, "N": 100}]
     assert wide_assignments({"M": 3000}, 2, NUMBA) == [{"M": 1000}, {"M": 752}]
+
+
+def test_a_dimension_only_summed_over_is_taken_whole_in_one_wide_assignment():
+    # K is the depth of LayerNorm·W's matmul: no per-call kernel runs over it in
+    # parallel, and a block matmul is fastest with the whole depth in one call.
+    hw = machine()
+    sizes = {"M": 4096, "K": 3000, "N": 130}
+    tunable = workload_tunable("layernorm_matmul", sizes, {}, fuser(None, hw))
+    assert reduced_dims(tunable.derive({"M": 64, "K": 64, "N": 64})) == {"K"}
+    plain = wide_assignments(sizes, 2, NUMBA)
+    deep = wide_assignments(sizes, 2, NUMBA, frozenset({"K"}))
+    assert deep[:-1] == plain and deep[-1] == {**plain[0], "K": 1504}   # 2 blocks of K
+    assert max(dim_choices(3000, 2, NUMBA)) == 1504
+    # The deep assignment is measured with the others.
+    seen = []
+
+    def timer(compiled, inputs):
+        seen.append(blocks_of(compiled.program, sizes))
+        return 1.0 if seen[-1] != deep[-1] else 0.5
+    tuned = tune(tunable, WrappedBackend(hw, NUMBA), "measure", timer=timer,
+                 budget_s=1e9, use_cache=False)
+    assert tuned.blocks == deep[-1]
 
 
 def test_weight_preparation_is_bound_once_not_timed():
