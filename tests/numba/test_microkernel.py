@@ -1,4 +1,4 @@
-"""The block matmul of generated kernels (``gemm_``: C += A·B by the register-tiled
+"""The block matmul of generated kernels (``gemm_``: C += A·B, ``gemm_set_``: C = A·B, by the register-tiled
 micro-kernel), against float64 NumPy on ragged shapes, views and large magnitudes."""
 
 from __future__ import annotations
@@ -14,10 +14,15 @@ def reference(a, b, c):
 
 
 def check(a, b, c):
+    """Both modes: C += A·B into ``c``, and C = A·B into an array of garbage."""
     want = reference(a, b, c)
-    mk.gemm(a, b, c)
+    mk.gemm(a, b, c, 0)
     scale = np.abs(a).max() * np.abs(b).max() * a.shape[1] + np.abs(want).max()
     assert np.abs(c - want).max() <= 2e-6 * scale
+    fresh = np.full(c.shape, np.nan, np.float32)         # never read when overwritten
+    mk.gemm(a, b, fresh, 1)
+    want = reference(a, b, np.zeros(c.shape, np.float32))
+    assert np.abs(fresh - want).max() <= 2e-6 * scale
 
 
 #: Columns of one packed B panel at full k-depth (the driver's panel width).
@@ -83,8 +88,10 @@ def test_empty_inner_dimension_leaves_c():
     a = np.zeros((5, 0), np.float32)
     b = np.zeros((0, 9), np.float32)
     c = np.full((5, 9), 2.5, np.float32)
-    mk.gemm(a, b, c)
+    mk.gemm(a, b, c, 0)
     assert (c == 2.5).all()
+    mk.gemm(a, b, c, 1)                 # C = A·B of an empty sum: zeros
+    assert (c == 0).all()
 
 
 def test_tile_shape_follows_the_instruction_set():

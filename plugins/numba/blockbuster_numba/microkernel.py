@@ -1,4 +1,5 @@
-"""Block matmuls of the generated kernels: ``gemm_(A, B, C)`` computes ``C += A·B``.
+"""Block matmuls of the generated kernels: ``gemm_(A, B, C)`` computes ``C += A·B``,
+``gemm_set_(A, B, C)`` ``C = A·B``.
 
 A register-tiled micro-kernel, emitted as LLVM IR (``numba.extending.intrinsic``):
 an ``MR x NR`` tile of ``C`` lives in ``MR * NR / VW`` vector registers (SSA values,
@@ -274,11 +275,18 @@ def _pack_b(B, k0, kc, j0, nc, bp):
 
 
 @njit(**_OPTS)
-def gemm(A, B, C):
-    """C += A·B (float32; ``C`` C-contiguous in its rows: unit column stride)."""
+def gemm(A, B, C, overwrite):
+    """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B`` (float32; ``C`` C-contiguous in
+    its rows: unit column stride). Overwriting, the first panel of k stores its tiles
+    instead of adding them: no zeroing of C first, no read of it (a product block of
+    flash attention's depth-64 ``Q·Kᵀ`` spent a fifth of its time on that)."""
     M, K = A.shape
     N = B.shape[1]
-    if M == 0 or N == 0 or K == 0:
+    if M == 0 or N == 0:
+        return
+    if K == 0:
+        if overwrite != 0:
+            C[:, :] = _ZERO
         return
     kc_max = min(KC, K)
     nc_step = max(NR, PANEL_BYTES // (4 * kc_max) // NR * NR)
@@ -292,6 +300,7 @@ def gemm(A, B, C):
     lda = A.strides[0] // 4
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
+        store = overwrite != 0 and k0 == 0
         for j0 in range(0, N, nc_step):
             nc = min(nc_step, N - j0)
             strips = (nc + NR - 1) // NR
@@ -304,16 +313,24 @@ def gemm(A, B, C):
                 for t in range(strips):
                     jt = j0 + t * NR
                     nr = min(NR, N - jt)
-                    if in_place and nr == NR:
+                    whole = nr == NR and mr == MR
+                    if in_place and whole and store:
+                        _micro_tile_direct(A, i0 * lda + k0, lda, bp, t * kc * NR, kc, C, i0, jt)
+                    elif in_place and whole:
                         _micro_add_direct(A, i0 * lda + k0, lda, bp, t * kc * NR, kc, C, i0, jt)
                     elif in_place:
                         _micro_tile_direct(A, i0 * lda + k0, lda, bp, t * kc * NR, kc, tile,
                                            0, 0)
-                    elif nr == NR and mr == MR:
+                    elif whole and store:
+                        _micro_tile(ap, 0, 0, bp, t * kc * NR, kc, C, i0, jt)
+                    elif whole:
                         _micro_add(ap, 0, 0, bp, t * kc * NR, kc, C, i0, jt)
                     else:
                         _micro_tile(ap, 0, 0, bp, t * kc * NR, kc, tile, 0, 0)
-                    if nr < NR or mr < MR:      # through the scratch tile
+                    if not whole:           # through the scratch tile
                         for i in range(mr):
                             for j in range(nr):
-                                C[i0 + i, jt + j] += tile[i, j]
+                                if store:
+                                    C[i0 + i, jt + j] = tile[i, j]
+                                else:
+                                    C[i0 + i, jt + j] += tile[i, j]

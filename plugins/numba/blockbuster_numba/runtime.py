@@ -284,7 +284,15 @@ def gemm(A, B, C):
     each combination of layouts (a C block, a transposed one, a column slice) was a
     compile of its own (~0.7 CPU s each, ``benchmarks/bench_compile.py``). The driver
     reads the strides either way; inlined, this wrapper is not compiled by itself."""
-    microkernel.gemm(any_layout(A), any_layout(B), any_layout(C))
+    microkernel.gemm(any_layout(A), any_layout(B), any_layout(C), opaque(0))
+
+
+@njit(inline="always", error_model="numpy")
+def gemm_set(A, B, C):
+    """C = A·B of float32 blocks (``C``'s values are not read: it may be uninitialised);
+    the same specialisation of the driver as :func:`gemm` (the flag is an int64 that is
+    no literal: a literal ``True`` would type, and compile, a driver of its own)."""
+    microkernel.gemm(any_layout(A), any_layout(B), any_layout(C), opaque(1))
 
 
 @njit(error_model="numpy", cache=True)
@@ -293,14 +301,20 @@ def gemm64(A, B, C):
     C += np.dot(np.ascontiguousarray(A), np.ascontiguousarray(B))
 
 
+@njit(error_model="numpy", cache=True)
+def gemm64_set(A, B, C):
+    """C = A·B in float64, through BLAS."""
+    C[:, :] = np.dot(np.ascontiguousarray(A), np.ascontiguousarray(B))
+
+
 #: Helper names the generated code uses, per dtype: generic name -> function here.
 HELPERS = {
     "float32": {"exp_": "exp32", "sigmoid_": "sigmoid32", "silu_": "silu32",
                 "gelu_": "gelu32", "gelu_tanh_": "gelu_tanh32",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque",
-                "gemm_": "gemm", "radd_": "radd"},
+                "gemm_": "gemm", "gemm_set_": "gemm_set", "radd_": "radd"},
     "float64": {"exp_": "exp64", "sigmoid_": "sigmoid64", "silu_": "silu64",
                 "gelu_": "gelu64", "gelu_tanh_": "gelu_tanh64",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque",
-                "gemm_": "gemm64", "radd_": "radd"},
+                "gemm_": "gemm64", "gemm_set_": "gemm64_set", "radd_": "radd"},
 }

@@ -122,8 +122,8 @@ def emit_dot(g, args, frame: Frame) -> Block:
     a, b = args
     name = g.names.fresh("dot")
     axes = (a.axes[0], b.axes[1])
-    frame.lines.append(f"{name} = np.zeros({g.x.shape(axes)}, DT)")
-    gemm_into(g, a, b, name, frame)
+    frame.lines.append(f"{name} = np.empty({g.x.shape(axes)}, DT)")
+    gemm_into(g, a, b, name, frame, overwrite=True)
     return Block(axes, name=name, frame=frame, hint="dot")
 
 

@@ -1,10 +1,11 @@
 """Stage 4, lower: block matmuls, ``acc += a·b`` through the micro-kernel.
 
-A ``dot`` becomes a call of ``gemm_`` (:mod:`..microkernel`: register-tiled, packs its
-operands from any strides, so a transposed or column-sliced block is passed as a
-view, never copied first). The product is added into a C-contiguous destination:
-a zeroed block for a ``dot`` value, or straight into the accumulator of a ``sum``
-(or online softmax) that adds the products up, with no product block in between.
+A ``dot`` becomes a call of the micro-kernel's driver (:mod:`..microkernel`:
+register-tiled, packs its operands from any strides, so a transposed or
+column-sliced block is passed as a view, never copied first). A ``dot`` value is
+stored into a new uninitialised block (``gemm_set_``: nothing zeroed or read
+first); a ``dot`` that a ``sum`` (or online softmax) adds up is added straight into
+its accumulator (``gemm_``), with no product block in between.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def matrix(g, v: Block) -> str:
     return v.name
 
 
-def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame) -> None:
-    """``dest += a·b`` (``dest``: a C-contiguous array of the product's shape), by
-    the register-tiled micro-kernel (:mod:`..microkernel`)."""
-    frame.lines.append(f"gemm_({matrix(g, a)}, {matrix(g, b)}, {dest})")
+def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame, overwrite: bool = False) -> None:
+    """``dest += a·b`` (``dest``: a C-contiguous array of the product's shape), or
+    with ``overwrite`` ``dest = a·b`` (``dest`` may be uninitialised), by the
+    register-tiled micro-kernel (:mod:`..microkernel`)."""
+    call = "gemm_set_" if overwrite else "gemm_"
+    frame.lines.append(f"{call}({matrix(g, a)}, {matrix(g, b)}, {dest})")
