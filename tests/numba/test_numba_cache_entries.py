@@ -105,6 +105,33 @@ def test_the_compile_plan_balances_kernels_by_their_source_lines():
     # A worker starts WORKER_START_LINES behind this process (it must import Numba).
     start = parallel_compile.WORKER_START_LINES
     assert sizes["k_big"] + sizes["k_small"] <= start + sizes["k_mid"] + sizes["k_small"]
-    assert parallel_compile.plan(source, 2) == [["k_big", "k_small"], ["k_mid"]]
-    assert parallel_compile.plan(source, 1) == [["k_big", "k_mid", "k_small"]]
-    assert parallel_compile.plan(source[source.index("@njit", 10):], 2) == [["k_mid", "k_small"]]
+    assert parallel_compile.plan(source, 2, start) == [["k_big", "k_small"], ["k_mid"]]
+    assert parallel_compile.plan(source, 1, start) == [["k_big", "k_mid", "k_small"]]
+    assert parallel_compile.plan(source[source.index("@njit", 10):], 2, start) == [
+        ["k_mid", "k_small"]]
+    # Hardly behind (this process sets Numba up and compiles the runtime helpers while
+    # the worker starts), the worker takes the small kernel beside the middle one.
+    assert parallel_compile.plan(source, 2, 0) == [["k_big"], ["k_mid", "k_small"]]
+
+
+def test_a_worker_is_counted_further_behind_once_numba_is_set_up(monkeypatch):
+    import sys
+    monkeypatch.delitem(sys.modules, "numba.np.arraymath", raising=False)
+    assert parallel_compile.worker_start_lines() == parallel_compile.FRESH_WORKER_START_LINES
+    monkeypatch.setitem(sys.modules, "numba.np.arraymath", object())
+    assert parallel_compile.worker_start_lines() == parallel_compile.WORKER_START_LINES
+    assert parallel_compile.FRESH_WORKER_START_LINES < parallel_compile.WORKER_START_LINES
+
+
+def test_the_runtime_helpers_a_module_calls_are_compiled_for_its_argument_types():
+    # What precompile does before its workers compile kernels: the driver for the
+    # kernels' array types, the scalar helpers for the dtype.
+    from numba import types
+    from blockbuster_numba import microkernel, runtime
+    source = "DT = np.float32\n    gemm_set_(a, b, c)\n    x = silu_(y)\n"
+    parallel_compile.compile_runtime(source)
+    block = types.Array(types.float32, 2, "A")
+    assert (block, block, block, types.int64) in microkernel.gemm.overloads
+    assert (types.float32,) in runtime.silu32.overloads
+    parallel_compile.compile_runtime("DT = np.float64\n    x = exp_(y)\n")
+    assert (types.float64,) in runtime.exp64.overloads

@@ -13,10 +13,16 @@ function is named by that path, its qualified name and first line, and checked
 against the file's timestamp and the function's bytecode: all unchanged, so the
 entries are exactly the ones the real import looks for. A worker that fails costs
 nothing but time: the import compiles whatever is not cached.
+
+The runtime helpers the kernels call (the micro-kernel's driver above all, ~1.3 CPU s)
+are compiled once: by this process, while the workers import Numba; a worker waits
+for that before it compiles, then loads them from the cache. A cold one-layer Llama
+compile went from 7.0-7.4 s to 5.8-6.5 s that way (``benchmarks/bench_compile.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -31,9 +37,20 @@ _KERNEL = re.compile(r'^@njit\("[^"]*", (.*)\)\ndef (\w+)\(', re.MULTILINE)
 #: second to start and import Numba) costs more than it saves.
 MIN_WORKER_LINES = 60
 
-#: A worker's start (Python, Numba, the plugin: ~1.5-2.5 CPU s) in lines of kernel
-#: source (~0.05 CPU s a line): workers start with this much of a share.
+#: A worker's start (Python, Numba, the plugin, Numba's compiler set-up: ~1.5-2.5
+#: CPU s) in lines of kernel source (~0.05 CPU s a line): workers start with this
+#: much of a share.
 WORKER_START_LINES = 40
+#: The same when this process has not compiled with Numba yet: it sets Numba's
+#: compiler up and compiles the runtime helpers (:func:`compile_runtime`) while the
+#: workers start, so they are hardly behind it.
+FRESH_WORKER_START_LINES = 10
+
+
+def worker_start_lines() -> int:
+    """How far behind this process a worker starts, in lines (see above). Numba
+    imports ``numba.np.arraymath`` when it sets its compiler up, on first use."""
+    return WORKER_START_LINES if "numba.np.arraymath" in sys.modules else FRESH_WORKER_START_LINES
 
 
 def kernel_sizes(source: str) -> dict[str, int]:
@@ -46,13 +63,15 @@ def kernel_sizes(source: str) -> dict[str, int]:
     return sizes
 
 
-def plan(source: str, workers: int) -> list[list[str]]:
+def plan(source: str, workers: int, start_lines: int | None = None) -> list[list[str]]:
     """Kernel names in at most ``workers`` groups of near-equal lines (longest first
-    to the lightest group, a worker's start counted in); the first group is this
-    process's. One group when splitting would not pay."""
+    to the lightest group, a worker's start counted in: ``start_lines``, by default
+    :func:`worker_start_lines`); the first group is this process's. One group when
+    splitting would not pay."""
     sizes = kernel_sizes(source)
     groups: list[list[str]] = [[] for _ in range(max(1, min(workers, len(sizes))))]
-    start = [0] + [WORKER_START_LINES] * (len(groups) - 1)     # group 0: this process
+    behind = worker_start_lines() if start_lines is None else start_lines
+    start = [0] + [behind] * (len(groups) - 1)     # group 0: this process
     load = list(start)
     for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
         i = load.index(min(load))
@@ -91,14 +110,47 @@ def precompile(path: Path, source: str, workers: int, module_name: str) -> list[
     if len(groups) < 2:
         return []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    # A worker imports Numba and the plugin, then waits for the end of its stdin: by
+    # then this process has compiled the runtime helpers the kernels call into the
+    # cache, and the worker loads them instead of compiling them a second time.
     procs = [subprocess.Popen(
         [sys.executable, "-c", "import sys; from blockbuster_numba.parallel_compile import "
-         "compile_only; from pathlib import Path; "
+         "compile_only; from pathlib import Path; sys.stdin.read(); "
          "compile_only(Path(sys.argv[1]), sys.argv[2].split(','), sys.argv[3])",
-         str(path), ",".join(group), module_name], env=env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL) for group in groups[1:]]
+         str(path), ",".join(group), module_name], env=env, stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for group in groups[1:]]
     try:
+        try:
+            with contextlib.suppress(Exception):     # the import reports real errors
+                compile_runtime(source)
+        finally:
+            for proc in procs:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
         compile_only(path, groups[0], module_name)
     finally:
         done = [proc.wait() == 0 for proc in procs]
     return sorted(name for group, ok in zip(groups, [True] + done) if ok for name in group)
+
+
+def compile_runtime(source: str) -> None:
+    """Compile (or load) the cached runtime helpers that the module ``source`` calls,
+    for the argument types its kernels pass: the micro-kernel's driver (float32) and
+    the scalar functions. A helper not compiled here is compiled by whoever first
+    needs it, as before."""
+    from numba import types
+    from numba.core.dispatcher import Dispatcher
+    from . import microkernel, runtime
+    dtype = "float64" if "DT = np.float64" in source else "float32"
+    scalar = types.float64 if dtype == "float64" else types.float32
+    for generic, name in runtime.HELPERS[dtype].items():
+        if f"{generic}(" not in source:
+            continue
+        if generic in ("gemm_", "gemm_set_") and dtype == "float32":
+            block = types.Array(types.float32, 2, "A")
+            microkernel.gemm.compile((block, block, block, types.int64))
+            continue
+        helper = getattr(runtime, name)
+        cached = isinstance(helper, Dispatcher) and type(helper._cache).__name__ != "NullCache"
+        if cached and not generic.startswith("gemm"):     # (scalar) -> scalar helpers
+            helper.compile((scalar,))
