@@ -94,6 +94,21 @@ def test_measure_stops_at_the_budget_and_skips_clearly_slower_repeats():
     assert result[3] is None
 
 
+def test_a_short_first_call_that_ran_slow_is_retaken():
+    # One noisy call (another process's burst) must not decide between candidates
+    # whose calls are cheap to retake: b's first call is 2x a's, its next ones faster.
+    calls = []
+    runs = {"a": iter([0.100, 0.100, 0.100]), "b": iter([0.200, 0.095, 0.095])}
+
+    def timer(compiled, inputs):
+        calls.append(compiled)
+        return next(runs[compiled])
+    result = measure(["a", "b"], lambda p: p, lambda p: {}, budget_s=1e9, timer=timer,
+                     repeats=3)
+    assert result == [0.100, 0.095]
+    assert calls.count("b") == 3
+
+
 def test_long_calls_are_timed_twice_and_short_ones_three_times():
     calls = []
 
