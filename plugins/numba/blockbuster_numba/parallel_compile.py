@@ -16,8 +16,9 @@ nothing but time: the import compiles whatever is not cached.
 
 The runtime helpers the kernels call (the micro-kernel's driver above all, ~1.3 CPU s)
 are compiled once: by this process, while the workers import Numba; a worker waits
-for that before it compiles, then loads them from the cache. A cold one-layer Llama
-compile went from 7.0-7.4 s to 5.8-6.5 s that way (``benchmarks/bench_compile.py``).
+for that before it compiles, then loads them from the cache. That took 0.5-1.2 s off
+a cold one-layer Llama compile of 7-9.6 s (``benchmarks/bench_compile.py``, old and new
+interleaved, four pairs on a shared 2-core machine).
 """
 
 from __future__ import annotations
