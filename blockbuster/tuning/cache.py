@@ -38,8 +38,9 @@ def rules_digest(rules) -> str:
 
 #: Bumped when the tuner chooses differently for the same key (old choices are then
 #: made again, not reused). 2: wide assignments measured too. 3: a deep wide
-#: assignment, Numba blocks in multiples of the micro-kernel tile.
-TUNER_VERSION = 3
+#: assignment, Numba blocks in multiples of the micro-kernel tile. 4: candidates
+#: timed in turn; measured ties the model cannot tell apart go to the fastest.
+TUNER_VERSION = 4
 
 
 def _version() -> str:

@@ -59,7 +59,8 @@ TIE = 0.03
 MODEL_MARGIN = 1.2
 MEASURE_MARGIN = 1.05
 #: Measured times this close to the fastest are ties: repeated tunings on a shared
-#: machine differ by a few per cent, and the model then says which to keep.
+#: machine differ by a few per cent, and the model then says which to keep (where it
+#: tells them apart by more than TIE: else the fastest measured).
 MEASURED_TIE = 0.02
 
 
@@ -124,11 +125,14 @@ def _busy_enough(scored, cores: int):
 def _pick(ranked, measured, timed, initial) -> int:
     """The fastest measured candidate, else the model's best, unless the initial
     blocks are within the margin of it. Measured times within ``MEASURED_TIE`` of the
-    fastest are ties (the machine's noise), broken by the modeled time."""
+    fastest are ties (the machine's noise), broken by the modeled time where the model
+    tells them apart (by more than ``TIE``); where it does not either, the fastest."""
     if timed:
-        fastest = min(measured[i] for i in timed)
-        ties = [i for i in timed if measured[i] <= fastest * (1 + MEASURED_TIE)]
+        fastest = min(timed, key=lambda i: measured[i])
+        ties = [i for i in timed if measured[i] <= measured[fastest] * (1 + MEASURED_TIE)]
         best = min(ties, key=lambda i: (ranked[i][1].seconds, measured[i]))
+        if ranked[fastest][1].seconds <= ranked[best][1].seconds * (1 + TIE):
+            best = fastest
         score, margin = (lambda i: measured[i]), MEASURE_MARGIN
     else:
         best = 0
@@ -138,6 +142,19 @@ def _pick(ranked, measured, timed, initial) -> int:
         if _key(ranked[i][0]) == _key(initial) and score(i) <= margin * score(best):
             return i
     return best
+
+
+def _shared_inputs(make: Callable) -> Callable:
+    """``make(program)``, made once per input signature: the candidates are the same
+    program at other blocks, all alive at once while they are timed in turn."""
+    made: dict = {}
+
+    def inputs(program: Program) -> dict:
+        key = tuple((n, tuple(program.shape(n))) for n in program.inputs)
+        if key not in made:
+            made[key] = make(program, seed=0)
+        return made[key]
+    return inputs
 
 
 def reduced_dims(program: Program) -> frozenset:
@@ -264,7 +281,7 @@ def tune(tunable: Tunable, backend, mode: str, timer=None, budget_s: float | Non
         ranked = (others[:1] + [(initial, model(base, hardware, constraints))]
                   + [(b, m) for b, m, _ in wide] + others[1:])
         programs = [by_key[_key(b)] for b, _ in ranked]
-        measured = measure(programs, backend.compile, lambda p: random_inputs(p, seed=0),
+        measured = measure(programs, backend.compile, _shared_inputs(random_inputs),
                            budget_seconds(budget_s), timer=timer, clock=clock)
     timed = [i for i, t in enumerate(measured) if t is not None]
     source = "measure" if timed else "model"
