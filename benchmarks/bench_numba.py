@@ -42,8 +42,7 @@ import time
 
 import numpy as np
 
-import scipy.linalg.cython_blas  # noqa: F401  (Numba's BLAS, before threadpoolctl)
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_limits     # pip install -e '.[bench]'
 
 from blockbuster.frontend.builder import GraphBuilder
 from blockbuster.frontend.workloads import workload

@@ -18,11 +18,12 @@ def check(a, b, c):
     want = reference(a, b, c)
     mk.gemm(a, b, c, 0)
     scale = np.abs(a).max() * np.abs(b).max() * a.shape[1] + np.abs(want).max()
-    assert np.abs(c - want).max() <= 2e-6 * scale
-    fresh = np.full(c.shape, np.nan, np.float32)         # never read when overwritten
+    eps = 2e-6 if c.dtype == np.float32 else 4e-15
+    assert np.abs(c - want).max() <= eps * scale
+    fresh = np.full(c.shape, np.nan, c.dtype)            # never read when overwritten
     mk.gemm(a, b, fresh, 1)
-    want = reference(a, b, np.zeros(c.shape, np.float32))
-    assert np.abs(fresh - want).max() <= 2e-6 * scale
+    want = reference(a, b, np.zeros(c.shape, c.dtype))
+    assert np.abs(fresh - want).max() <= eps * scale
 
 
 #: Columns of one packed B panel at full k-depth (the driver's panel width).
@@ -38,6 +39,16 @@ def test_contiguous_ragged_shapes(m, k, n):
     b = rng.standard_normal((k, n)).astype(np.float32)
     c = rng.standard_normal((m, n)).astype(np.float32)     # accumulates into C
     check(a, b, c)
+
+
+@pytest.mark.parametrize("m,k,n", [(mk.MR + 1, 7, mk.NR + 3), (2 * mk.MR - 1, mk.KC + 5, 70)])
+def test_float64_blocks_on_the_same_micro_kernel(m, k, n):
+    # Float64 runs on the micro-kernel too (half the lanes, the tile's rows in two
+    # passes), to float64's precision: no BLAS, so no SciPy (Numba's BLAS).
+    rng = np.random.default_rng(7 * m + n)
+    a = rng.standard_normal((m + 3, k)) * 1e3
+    b = rng.standard_normal((n, k)) * 1e3
+    check(a[2:m + 2], b.T, rng.standard_normal((m, n)))   # a row slice, a transposed B
 
 
 def test_transposed_and_sliced_views_large_magnitudes():

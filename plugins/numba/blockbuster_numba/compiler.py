@@ -20,11 +20,9 @@ Running: inputs become C-contiguous arrays of the program's dtype, and the kerne
 on the module's thread count (the backend's ``Hardware.cores``, at most
 ``NUMBA_NUM_THREADS``: a parallel kernel's loop runs as one range per thread on
 :mod:`.threads`, or, where the generator kept a ``prange``, on Numba's pool held to
-it). Float32 block matmuls run on the micro-kernel; a module that calls BLAS
-(float64 block matmuls through ``np.dot``) runs with BLAS held to one thread (called
-from inside the parallel loop, a multi-threaded BLAS would oversubscribe the cores):
-``scipy.linalg.cython_blas`` is then imported first, so that the BLAS Numba calls is
-loaded before threadpoolctl looks. Other modules skip the limit (~60 µs a call).
+it). Block matmuls, float32 and float64, run on the micro-kernel: no module calls
+BLAS (from inside the parallel loop a multi-threaded BLAS would oversubscribe the
+cores; and Numba's BLAS is SciPy's, whose import costs 0.2-0.4 s of every start).
 """
 
 from __future__ import annotations
@@ -52,7 +50,6 @@ from .codegen import generate_source  # noqa: E402
 
 _MODULES: dict[str, object] = {}        # cache key -> imported module (this process)
 _LOCK = threading.Lock()
-_CONTROLLER = None                     # threadpoolctl's, made on first use of BLAS
 
 
 def cache_root() -> Path:
@@ -121,32 +118,6 @@ def numba_cache_dir(path: Path) -> Path:
     return path.parent / "__pycache__"
 
 
-#: Generated code that calls BLAS (float64 block matmuls, ``np.dot``); float32 block
-#: matmuls run on the micro-kernel and need none.
-_CALLS_BLAS = re.compile(r"\bnp\.dot\(|\bgemm64\b")
-
-
-def calls_blas(source: str, dtype) -> bool:
-    return np.dtype(dtype) == np.float64 or bool(_CALLS_BLAS.search(source))
-
-
-def _blas_controller():
-    """threadpoolctl's controller, made after the BLAS Numba calls is loaded
-    (``scipy.linalg.cython_blas``: threadpoolctl only sees libraries already loaded)."""
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        import scipy.linalg.cython_blas  # noqa: F401
-        from threadpoolctl import ThreadpoolController
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER
-
-
-def _one_blas_thread(uses_blas: bool):
-    if not uses_blas:
-        return contextlib.nullcontext()
-    return _blas_controller().limit(limits=1, user_api="blas")
-
-
 class CompiledModule:
     """A generated module, imported (its kernels JIT-compiled or loaded from cache)."""
 
@@ -177,9 +148,6 @@ class CompiledModule:
         # Kernels still using Numba's parfors (a prange loop the generator could not
         # split into thread ranges); the others run on blockbuster_numba.threads.
         self.uses_numba_pool = any(k.targetoptions.get("parallel") for k in self.kernels)
-        self.uses_blas = calls_blas(source, dtype)
-        if self.uses_blas:
-            _blas_controller()
 
     def _compiled_marker(self) -> Path:
         """Written once the module has been imported (its kernels are in Numba's cache,
@@ -252,7 +220,7 @@ class CompiledModule:
         arrays = {name: _kernel_array(inputs[name], self.dtype)
                   for name in self.program.inputs}
         pool = _numba_threads(self.threads) if self.uses_numba_pool else contextlib.nullcontext()
-        with _one_blas_thread(self.uses_blas), pool:
+        with pool:
             return self.module.run(arrays)
 
 

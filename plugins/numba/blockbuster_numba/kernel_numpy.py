@@ -1,19 +1,16 @@
 """``np`` as the generated kernels see it: NumPy, with the functions they call on
 every block in its place: ``empty``, ``zeros`` and ``full`` as intrinsics (the
-allocation lowered straight into the kernel), ``dot`` and ``ascontiguousarray`` as
-``@njit(cache=True)`` wrappers of the same NumPy functions.
+allocation lowered straight into the kernel).
 
-Why: Numba compiles its implementation of ``np.dot``/``np.empty``/... afresh in
+Why: Numba compiles its implementation of ``np.empty``/``np.zeros``/... afresh in
 every process, once per signature, and never caches it. An allocation through
 Numba's ``np.zeros`` is three nested compiles (``zeros``, ``empty``, the zero fill;
 ~0.13 CPU s) per shape type, and a block shape is a tuple of literals: ``(64,)``,
 ``(4, 64)`` and ``(64, 64)`` each compiled again (0.85 of the 4.3 CPU s of fused
 attention's cold compile, ``benchmarks/bench_compile.py``). The intrinsics below
 emit the same NRT allocation (and memset, or fill loop) as LLVM IR in the kernel
-that calls them: no function of their own to compile, type or cache.
-``dot`` goes through a wrapper: compiled once per machine and signature and loaded
-from Numba's cache afterwards (beside this file, or under ``NUMBA_CACHE_DIR``); the
-cached library keeps its LLVM bitcode, so the kernels still inline it.
+that calls them: no function of their own to compile, type or cache. (Block matmuls
+are the micro-kernel's, :mod:`.microkernel`: nothing here calls BLAS.)
 
 Every other name is NumPy's own (``np.float32``, ``np.inf``, ...). The generated
 module's Python driver (``run``) calls ``numpy`` itself.
@@ -24,28 +21,16 @@ from __future__ import annotations
 import types as pytypes
 
 import numpy
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
-_OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
-
-
-@njit(**_OPTIONS)
-def dot(a, b):
-    return numpy.dot(a, b)
-
-
-@njit(**_OPTIONS)
-def ascontiguousarray(a):
-    return numpy.ascontiguousarray(a)
-
 
 def _array_type(shape, dtype):
     """The C-contiguous array type of ``np.empty(shape, dtype)``: ``shape`` an integer
-    or a tuple of integers, ``dtype`` a NumPy scalar type (``np.float32``); else None
-    (Numba then reports a typing error at the call)."""
+    or a tuple of integers, ``dtype`` a NumPy scalar type (``np.float32``) or an
+    array's ``.dtype``; else None (Numba then reports a typing error at the call)."""
     if isinstance(shape, types.Integer):
         ndim = 1
     elif isinstance(shape, types.BaseTuple) and all(
@@ -53,6 +38,8 @@ def _array_type(shape, dtype):
         ndim = len(shape.types)
     else:
         return None
+    if isinstance(dtype, types.DType):
+        return types.Array(dtype.dtype, ndim, "C")
     if not isinstance(dtype, types.NumberClass):
         return None
     return types.Array(dtype.instance_type, ndim, "C")
@@ -139,8 +126,4 @@ class _KernelNumpy(pytypes.ModuleType):
 
 np = _KernelNumpy("blockbuster_numba.kernel_numpy.np",
                   "NumPy as generated kernels call it (inline allocations, cached dot)")
-np.dot, np.empty, np.zeros, np.full = dot, empty, zeros, full
-np.ascontiguousarray = ascontiguousarray
-
-#: The wrappers, for the cache key of generated modules and for warming the cache.
-WRAPPERS = (dot, ascontiguousarray)
+np.empty, np.zeros, np.full = empty, zeros, full

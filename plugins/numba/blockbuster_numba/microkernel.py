@@ -83,6 +83,13 @@ SIGNATURE = (f"gemm micro-kernel {MR}x{NR} (vector {VW}), panels KC={KC} B panel
              f"microkernel.py sha256 {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}")
 
 
+def _element(dtype) -> tuple:
+    """``(LLVM type, bytes)`` of a float32 or float64 element."""
+    if dtype == types.float64:
+        return ir.DoubleType(), 8
+    return ir.FloatType(), 4
+
+
 def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
     """The micro-kernel intrinsic ``(a, aoff, lda, bp, boff, kc, C, i0, j0)``:
     ``C[i0:i0+mr, j0:j0+nr] += A · bp[boff:]`` with ``bp[boff:]`` packed ``kc x nr``
@@ -91,19 +98,27 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
     + k]`` (a row-major block of unit column stride needs no packing: its ``mr`` rows
     are ``mr`` sequential streams, each broadcast element loaded once, as from a packed
     strip). ``to_tile``: store into ``C`` instead of adding (a scratch tile; ``i0``,
-    ``j0`` are then 0)."""
-    nv = nr // vw
+    ``j0`` are then 0). ``vw`` is in float32 lanes: float64 arrays get half as many
+    lanes per vector and so twice the accumulators per row, and go over the tile in
+    row passes of as many accumulators as float32's one pass (each pass its own k loop:
+    more would spill the register file)."""
 
     @intrinsic
     def micro(typingctx, ap, aoff, lda, bp, boff, kc, c, i0, j0):
+        if not (ap.dtype == bp.dtype == c.dtype and ap.dtype in (types.float32, types.float64)):
+            return None
         sig = types.void(ap, types.int64, types.int64, bp, types.int64, types.int64, c,
                          types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
             ap_v, aoff_v, lda_v, bp_v, boff_v, kc_v, c_v, i0_v, j0_v = args
-            f32 = ir.FloatType()
+            fty, size = _element(signature.args[0].dtype)
+            lanes = vw * 4 // size
+            nv = nr // lanes
+            passes = size // 4                 # float64: two passes of half the rows
+            rows_per_pass = -(-mr // passes)
             i64 = ir.IntType(64)
-            vty = ir.VectorType(f32, vw)
+            vty = ir.VectorType(fty, lanes)
             a_ptr = builder.gep(context.make_array(signature.args[0])(
                 context, builder, ap_v).data, [aoff_v])
             b_arr = context.make_array(signature.args[3])(context, builder, bp_v)
@@ -114,18 +129,20 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
                       if direct else builder.gep(a_ptr, [ir.Constant(i64, i)])
                       for i in range(mr)]
             row_stride = cgutils.unpack_tuple(builder, c_arr.strides, 2)[0]
+            suffix = "f64" if size == 8 else "f32"
             fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fma.v{vw}f32")
-            zero = ir.Constant(vty, [0.0] * vw)
+                builder.module, ir.FunctionType(vty, [vty, vty, vty]),
+                f"llvm.fma.v{lanes}{suffix}")
+            zero = ir.Constant(vty, [0.0] * lanes)
             undef = ir.Constant(vty, ir.Undefined)
-            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), vw), [0] * vw)
+            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
 
             base = builder.bitcast(c_arr.data, ir.IntType(8).as_pointer())
             c_rows = []
             for i in range(mr):
                 row = builder.add(i0_v, ir.Constant(i64, i))
                 off = builder.add(builder.mul(row, row_stride),
-                                  builder.mul(j0_v, ir.Constant(i64, 4)))
+                                  builder.mul(j0_v, ir.Constant(i64, size)))
                 c_rows.append(builder.gep(base, [off]))
             if not to_tile:
                 # The tile of C is read after the k loop: fetch it now, so that its
@@ -136,62 +153,64 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
                         ir.IntType(32)]), "llvm.prefetch.p0i8")
                 i32 = ir.IntType(32)
                 for row_ptr in c_rows:
-                    for byte in range(0, nr * 4, 64):
+                    for byte in range(0, nr * size, 64):
                         builder.call(prefetch, [builder.gep(row_ptr, [ir.Constant(i64, byte)]),
                                                 ir.Constant(i32, 1), ir.Constant(i32, 3),
                                                 ir.Constant(i32, 1)])
-                    builder.call(prefetch, [builder.gep(row_ptr, [ir.Constant(i64, nr * 4 - 1)]),
+                    builder.call(prefetch, [builder.gep(row_ptr, [ir.Constant(i64, nr * size - 1)]),
                                             ir.Constant(i32, 1), ir.Constant(i32, 3),
                                             ir.Constant(i32, 1)])
 
-            pre = builder.block
-            loop = builder.append_basic_block("mk.loop")
-            done = builder.append_basic_block("mk.done")
-            builder.cbranch(builder.icmp_signed(">", kc_v, ir.Constant(i64, 0)), loop, done)
+            for first in range(0, mr, rows_per_pass):
+                rows = range(first, min(mr, first + rows_per_pass))
+                pre = builder.block
+                loop = builder.append_basic_block("mk.loop")
+                done = builder.append_basic_block("mk.done")
+                builder.cbranch(builder.icmp_signed(">", kc_v, ir.Constant(i64, 0)), loop, done)
 
-            builder.position_at_end(loop)
-            k = builder.phi(i64, "k")
-            k.add_incoming(ir.Constant(i64, 0), pre)
-            accs = []
-            for _ in range(mr * nv):
-                p = builder.phi(vty)
-                p.add_incoming(zero, pre)
-                accs.append(p)
-            brow = builder.gep(b_ptr, [builder.mul(k, ir.Constant(i64, nr))])
-            bvec = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, v * vw)]),
-                                                 vty.as_pointer()), align=4)
-                    for v in range(nv)]
-            a_step = k if direct else builder.mul(k, ir.Constant(i64, mr))
-            new = []
-            for i in range(mr):
-                a = builder.load(builder.gep(a_rows[i], [a_step]))
-                splat = builder.shuffle_vector(builder.insert_element(undef, a, ir.Constant(
-                    ir.IntType(32), 0)), undef, splat_mask)
-                for v in range(nv):
-                    new.append(builder.call(fma, [splat, bvec[v], accs[i * nv + v]]))
-            k_next = builder.add(k, ir.Constant(i64, 1))
-            latch = builder.block
-            k.add_incoming(k_next, latch)
-            for p, n in zip(accs, new):
-                p.add_incoming(n, latch)
-            builder.cbranch(builder.icmp_signed("<", k_next, kc_v), loop, done)
+                builder.position_at_end(loop)
+                k = builder.phi(i64, "k")
+                k.add_incoming(ir.Constant(i64, 0), pre)
+                accs = []
+                for _ in range(len(rows) * nv):
+                    p = builder.phi(vty)
+                    p.add_incoming(zero, pre)
+                    accs.append(p)
+                brow = builder.gep(b_ptr, [builder.mul(k, ir.Constant(i64, nr))])
+                bvec = [builder.load(builder.bitcast(
+                    builder.gep(brow, [ir.Constant(i64, v * lanes)]), vty.as_pointer()),
+                    align=size) for v in range(nv)]
+                a_step = k if direct else builder.mul(k, ir.Constant(i64, mr))
+                new = []
+                for n, i in enumerate(rows):
+                    a = builder.load(builder.gep(a_rows[i], [a_step]))
+                    splat = builder.shuffle_vector(builder.insert_element(undef, a, ir.Constant(
+                        ir.IntType(32), 0)), undef, splat_mask)
+                    for v in range(nv):
+                        new.append(builder.call(fma, [splat, bvec[v], accs[n * nv + v]]))
+                k_next = builder.add(k, ir.Constant(i64, 1))
+                latch = builder.block
+                k.add_incoming(k_next, latch)
+                for p, n in zip(accs, new):
+                    p.add_incoming(n, latch)
+                builder.cbranch(builder.icmp_signed("<", k_next, kc_v), loop, done)
 
-            builder.position_at_end(done)
-            outs = []
-            for n in new:     # phis first: the tile, or zeros when kc = 0
-                out = builder.phi(vty)
-                out.add_incoming(zero, pre)
-                out.add_incoming(n, latch)
-                outs.append(out)
-            for i in range(mr):
-                row_ptr = builder.bitcast(c_rows[i], f32.as_pointer())
-                for v in range(nv):
-                    out = outs[i * nv + v]
-                    ptr = builder.bitcast(builder.gep(row_ptr, [ir.Constant(i64, v * vw)]),
-                                          vty.as_pointer())
-                    if not to_tile:
-                        out = builder.fadd(builder.load(ptr, align=4), out)
-                    builder.store(out, ptr, align=4)
+                builder.position_at_end(done)
+                outs = []
+                for n in new:     # phis first: the tile, or zeros when kc = 0
+                    out = builder.phi(vty)
+                    out.add_incoming(zero, pre)
+                    out.add_incoming(n, latch)
+                    outs.append(out)
+                for n, i in enumerate(rows):
+                    row_ptr = builder.bitcast(c_rows[i], fty.as_pointer())
+                    for v in range(nv):
+                        out = outs[n * nv + v]
+                        ptr = builder.bitcast(builder.gep(row_ptr, [ir.Constant(i64, v * lanes)]),
+                                              vty.as_pointer())
+                        if not to_tile:
+                            out = builder.fadd(builder.load(ptr, align=size), out)
+                        builder.store(out, ptr, align=size)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -204,8 +223,6 @@ _micro_tile = _micro(MR, NR, VW, True)
 _micro_add_direct = _micro(MR, NR, VW, False, direct=True)
 _micro_tile_direct = _micro(MR, NR, VW, True, direct=True)
 
-_F32 = np.float32
-_ZERO = np.float32(0.0)
 _OPTS = dict(cache=True, error_model="numpy", nogil=True, boundscheck=False)
 
 
@@ -217,7 +234,7 @@ def _pack_a(A, i0, mr, k0, kc, ap):
             ap[k * MR + i] = A[i0 + i, k0 + k]
     for i in range(mr, MR):
         for k in range(kc):
-            ap[k * MR + i] = _ZERO
+            ap[k * MR + i] = 0.0
 
 
 def _row_copier(width: int):
@@ -228,20 +245,23 @@ def _row_copier(width: int):
 
     @intrinsic
     def copy(typingctx, dst, doff, src, row, col):
+        if dst.dtype != src.dtype or dst.dtype not in (types.float32, types.float64):
+            return None
         sig = types.void(dst, types.int64, src, types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
             dst_v, doff_v, src_v, row_v, col_v = args
+            fty, size = _element(signature.args[0].dtype)
             i64 = ir.IntType(64)
             d = builder.gep(context.make_array(signature.args[0])(context, builder, dst_v).data,
                             [doff_v])
             s_arr = context.make_array(signature.args[2])(context, builder, src_v)
             row_stride = cgutils.unpack_tuple(builder, s_arr.strides, 2)[0]
             off = builder.add(builder.mul(row_v, row_stride),
-                              builder.mul(col_v, ir.Constant(i64, 4)))
+                              builder.mul(col_v, ir.Constant(i64, size)))
             base = builder.bitcast(s_arr.data, ir.IntType(8).as_pointer())
-            src_ptr = builder.bitcast(builder.gep(base, [off]), ir.FloatType().as_pointer())
-            cgutils.raw_memcpy(builder, d, src_ptr, ir.Constant(i64, width), 4)
+            src_ptr = builder.bitcast(builder.gep(base, [off]), fty.as_pointer())
+            cgutils.raw_memcpy(builder, d, src_ptr, ir.Constant(i64, width), size)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -256,7 +276,7 @@ _copy_strip_row = _row_copier(NR)
 def _pack_b(B, k0, kc, j0, nc, bp):
     """bp[t, k, j] (flat) = B[k0+k, j0+t*NR+j] in NR-wide strips, zero-padded."""
     strips = (nc + NR - 1) // NR
-    unit_columns = B.strides[1] == 4
+    unit_columns = B.strides[1] == B.itemsize
     for t in range(strips):
         jt = j0 + t * NR
         w = min(NR, j0 + nc - jt)
@@ -271,13 +291,13 @@ def _pack_b(B, k0, kc, j0, nc, bp):
                 bp[base + k * NR + j] = B[k0 + k, jt + j]
         for k in range(kc):
             for j in range(w, NR):
-                bp[base + k * NR + j] = _ZERO
+                bp[base + k * NR + j] = 0.0
 
 
 @njit(**_OPTS)
 def gemm(A, B, C, overwrite):
-    """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B`` (float32; ``C`` C-contiguous in
-    its rows: unit column stride). Overwriting, the first panel of k stores its tiles
+    """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B`` (float32 or float64, all
+    three alike; ``C`` C-contiguous in its rows: unit column stride). Overwriting, the first panel of k stores its tiles
     instead of adding them: no zeroing of C first, no read of it (a product block of
     flash attention's depth-64 ``Q·Kᵀ`` spent a fifth of its time on that)."""
     M, K = A.shape
@@ -286,18 +306,19 @@ def gemm(A, B, C, overwrite):
         return
     if K == 0:
         if overwrite != 0:
-            C[:, :] = _ZERO
+            C[:, :] = 0.0
         return
+    size = C.itemsize
     kc_max = min(KC, K)
-    nc_step = max(NR, PANEL_BYTES // (4 * kc_max) // NR * NR)
+    nc_step = max(NR, PANEL_BYTES // (size * kc_max) // NR * NR)
     nc_max = min(nc_step, (N + NR - 1) // NR * NR)
-    bp = np.empty(kc_max * ((nc_max + NR - 1) // NR) * NR, _F32)
-    ap = np.empty(kc_max * MR, _F32)
-    tile = np.empty((MR, NR), _F32)
+    bp = np.empty(kc_max * ((nc_max + NR - 1) // NR) * NR, C.dtype)
+    ap = np.empty(kc_max * MR, C.dtype)
+    tile = np.empty((MR, NR), C.dtype)
     # Rows of unit stride are read in place (packing A cost a third of a 512x2048x128
     # block's time on AVX-512); a transposed A, and the ragged last rows, are packed.
-    direct = A.strides[1] == 4 and A.strides[0] % 4 == 0
-    lda = A.strides[0] // 4
+    direct = A.strides[1] == size and A.strides[0] % size == 0
+    lda = A.strides[0] // size
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
         store = overwrite != 0 and k0 == 0

@@ -136,8 +136,8 @@ def precompile(path: Path, source: str, workers: int, module_name: str) -> list[
 
 def compile_runtime(source: str) -> None:
     """Compile (or load) the cached runtime helpers that the module ``source`` calls,
-    for the argument types its kernels pass: the micro-kernel's driver (float32) and
-    the scalar functions. A helper not compiled here is compiled by whoever first
+    for the argument types its kernels pass: the micro-kernel's driver and the scalar
+    functions. A helper not compiled here is compiled by whoever first
     needs it, as before."""
     from numba import types
     from numba.core.dispatcher import Dispatcher
@@ -147,8 +147,8 @@ def compile_runtime(source: str) -> None:
     for generic, name in runtime.HELPERS[dtype].items():
         if f"{generic}(" not in source:
             continue
-        if generic in ("gemm_", "gemm_set_") and dtype == "float32":
-            block = types.Array(types.float32, 2, "A")
+        if generic in ("gemm_", "gemm_set_"):
+            block = types.Array(scalar, 2, "A")
             microkernel.gemm.compile((block, block, block, types.int64))
             continue
         helper = getattr(runtime, name)

@@ -279,32 +279,21 @@ def any_layout(typingctx, a):
 
 @njit(inline="always", error_model="numpy")
 def gemm(A, B, C):
-    """C += A·B of float32 blocks (:func:`.microkernel.gemm`), the operands passed as
-    arrays of any layout: one specialisation of the driver serves every call, where
-    each combination of layouts (a C block, a transposed one, a column slice) was a
-    compile of its own (~0.7 CPU s each, ``benchmarks/bench_compile.py``). The driver
-    reads the strides either way; inlined, this wrapper is not compiled by itself."""
+    """C += A·B of float32 or float64 blocks (:func:`.microkernel.gemm`), the operands
+    passed as arrays of any layout: one specialisation of the driver per dtype serves
+    every call, where each combination of layouts (a C block, a transposed one, a
+    column slice) was a compile of its own (~0.7 CPU s each,
+    ``benchmarks/bench_compile.py``). The driver reads the strides either way;
+    inlined, this wrapper is not compiled by itself."""
     microkernel.gemm(any_layout(A), any_layout(B), any_layout(C), opaque(0))
 
 
 @njit(inline="always", error_model="numpy")
 def gemm_set(A, B, C):
-    """C = A·B of float32 blocks (``C``'s values are not read: it may be uninitialised);
-    the same specialisation of the driver as :func:`gemm` (the flag is an int64 that is
-    no literal: a literal ``True`` would type, and compile, a driver of its own)."""
+    """C = A·B (``C``'s values are not read: it may be uninitialised); the same
+    specialisation of the driver as :func:`gemm` (the flag is an int64 that is no
+    literal: a literal ``True`` would type, and compile, a driver of its own)."""
     microkernel.gemm(any_layout(A), any_layout(B), any_layout(C), opaque(1))
-
-
-@njit(error_model="numpy", cache=True)
-def gemm64(A, B, C):
-    """C += A·B in float64, through BLAS (the micro-kernel is float32's)."""
-    C += np.dot(np.ascontiguousarray(A), np.ascontiguousarray(B))
-
-
-@njit(error_model="numpy", cache=True)
-def gemm64_set(A, B, C):
-    """C = A·B in float64, through BLAS."""
-    C[:, :] = np.dot(np.ascontiguousarray(A), np.ascontiguousarray(B))
 
 
 #: Helper names the generated code uses, per dtype: generic name -> function here.
@@ -316,5 +305,5 @@ HELPERS = {
     "float64": {"exp_": "exp64", "sigmoid_": "sigmoid64", "silu_": "silu64",
                 "gelu_": "gelu64", "gelu_tanh_": "gelu_tanh64",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque",
-                "gemm_": "gemm64", "gemm_set_": "gemm64_set", "radd_": "radd"},
+                "gemm_": "gemm", "gemm_set_": "gemm_set", "radd_": "radd"},
 }
