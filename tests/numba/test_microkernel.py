@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from blockbuster_numba import microkernel as mk
+from blockbuster_numba.gemm_call import gemm
 
 
 def reference(a, b, c):
@@ -16,12 +17,12 @@ def reference(a, b, c):
 def check(a, b, c):
     """Both modes: C += A·B into ``c``, and C = A·B into an array of garbage."""
     want = reference(a, b, c)
-    mk.gemm(a, b, c, 0)
+    gemm(a, b, c, 0)
     scale = np.abs(a).max() * np.abs(b).max() * a.shape[1] + np.abs(want).max()
     eps = 2e-6 if c.dtype == np.float32 else 4e-15
     assert np.abs(c - want).max() <= eps * scale
     fresh = np.full(c.shape, np.nan, c.dtype)            # never read when overwritten
-    mk.gemm(a, b, fresh, 1)
+    gemm(a, b, fresh, 1)
     want = reference(a, b, np.zeros(c.shape, c.dtype))
     assert np.abs(fresh - want).max() <= eps * scale
 
@@ -99,9 +100,9 @@ def test_empty_inner_dimension_leaves_c():
     a = np.zeros((5, 0), np.float32)
     b = np.zeros((0, 9), np.float32)
     c = np.full((5, 9), 2.5, np.float32)
-    mk.gemm(a, b, c, 0)
+    gemm(a, b, c, 0)
     assert (c == 2.5).all()
-    mk.gemm(a, b, c, 1)                 # C = A·B of an empty sum: zeros
+    gemm(a, b, c, 1)                 # C = A·B of an empty sum: zeros
     assert (c == 0).all()
 
 

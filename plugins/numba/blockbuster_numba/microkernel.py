@@ -34,6 +34,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.arrayobj import make_array, populate_array
 
 
 def _host_features() -> set[str]:
@@ -78,9 +79,11 @@ KC = max(64, min(256, (_cache_bytes(1, 32 << 10) // 2) // (4 * MR) // 16 * 16))
 #: call's k-depth (a shallow block gets a wide panel: A is re-packed once per panel).
 PANEL_BYTES = _cache_bytes(2, 512 << 10) // 2
 
+#: This file's hash: part of the driver's symbol name (:mod:`.gemm_call`).
+SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 #: Names the generated module's header (the values differ per CPU, the hash per edit).
 SIGNATURE = (f"gemm micro-kernel {MR}x{NR} (vector {VW}), panels KC={KC} B panel {PANEL_BYTES} B, "
-             f"microkernel.py sha256 {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}")
+             f"microkernel.py sha256 {SOURCE_HASH}")
 
 
 def _element(dtype) -> tuple:
@@ -294,12 +297,39 @@ def _pack_b(B, k0, kc, j0, nc, bp):
                 bp[base + k * NR + j] = 0.0
 
 
-@njit(**_OPTS)
-def gemm(A, B, C, overwrite):
-    """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B`` (float32 or float64, all
-    three alike; ``C`` C-contiguous in its rows: unit column stride). Overwriting, the first panel of k stores its tiles
-    instead of adding them: no zeroing of C first, no read of it (a product block of
-    flash attention's depth-64 ``Q·Kᵀ`` spent a fifth of its time on that)."""
+@intrinsic
+def _view(typingctx, ptr, rows, cols, row_stride, col_stride):
+    """The 2-D array of ``rows x cols`` elements at ``ptr``, strides in bytes (a view:
+    no copy, no owner)."""
+    if not isinstance(ptr, types.CPointer) or ptr.dtype not in (types.float32, types.float64):
+        return None
+    arrtype = types.Array(ptr.dtype, 2, "A")
+
+    def codegen(context, builder, signature, args):
+        data, r, c, s0, s1 = args
+        array = make_array(arrtype)(context, builder)
+        itemsize = context.get_abi_sizeof(context.get_data_type(ptr.dtype))
+        populate_array(array, data=data, shape=[r, c], strides=[s0, s1],
+                       itemsize=ir.Constant(r.type, itemsize), meminfo=None)
+        return array._getvalue()
+
+    return arrtype(ptr, rows, cols, row_stride, col_stride), codegen
+
+
+def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
+    """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B``, of the ``m x k``,
+    ``k x n`` and ``m x n`` arrays at ``a``, ``b`` and ``c`` (strides in bytes;
+    float32 or float64, all three alike; ``C`` of unit column stride). Overwriting,
+    the first panel of k stores its tiles instead of adding them: no zeroing of C
+    first, no read of it (a product block of flash attention's depth-64 ``Q·Kᵀ``
+    spent a fifth of its time on that).
+
+    Compiled only as a C-callable entry point (:mod:`.gemm_call`), never as a Numba
+    function that kernels link in."""
+    A = _view(a, m, k, sa0, sa1)
+    B = _view(b, k, n, sb0, sb1)
+    C = _view(c, m, n, sc0, sc1)
+
     M, K = A.shape
     N = B.shape[1]
     if M == 0 or N == 0:

@@ -141,15 +141,15 @@ def compile_runtime(source: str) -> None:
     needs it, as before."""
     from numba import types
     from numba.core.dispatcher import Dispatcher
-    from . import microkernel, runtime
+    from . import runtime
+    from .gemm_call import ensure_gemm_symbol
     dtype = "float64" if "DT = np.float64" in source else "float32"
     scalar = types.float64 if dtype == "float64" else types.float32
     for generic, name in runtime.HELPERS[dtype].items():
         if f"{generic}(" not in source:
             continue
         if generic in ("gemm_", "gemm_set_"):
-            block = types.Array(scalar, 2, "A")
-            microkernel.gemm.compile((block, block, block, types.int64))
+            ensure_gemm_symbol(dtype)
             continue
         helper = getattr(runtime, name)
         cached = isinstance(helper, Dispatcher) and type(helper._cache).__name__ != "NullCache"

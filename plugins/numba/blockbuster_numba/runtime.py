@@ -18,10 +18,9 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
-from . import microkernel
+from .gemm_call import call_gemm
 
 #: Fast-math flags of every generated function: only ``nsz`` (the sign of a zero),
 #: so results follow IEEE as NumPy's do (README, "Non-finite
@@ -262,38 +261,17 @@ def exp64(x):
     return math.exp(x)
 
 
-@intrinsic
-def any_layout(typingctx, a):
-    """The array ``a`` itself, typed as of any layout ('A'): a view, no copy (an
-    array's data model is the same for every layout; only what Numba knows of its
-    strides differs)."""
-    if not isinstance(a, types.Array):
-        return None
-    sig = a.copy(layout="A")(a)
-
-    def codegen(context, builder, signature, args):
-        return impl_ret_borrowed(context, builder, signature.return_type, args[0])
-
-    return sig, codegen
-
-
 @njit(inline="always", error_model="numpy")
 def gemm(A, B, C):
-    """C += A·B of float32 or float64 blocks (:func:`.microkernel.gemm`), the operands
-    passed as arrays of any layout: one specialisation of the driver per dtype serves
-    every call, where each combination of layouts (a C block, a transposed one, a
-    column slice) was a compile of its own (~0.7 CPU s each,
-    ``benchmarks/bench_compile.py``). The driver reads the strides either way;
-    inlined, this wrapper is not compiled by itself."""
-    microkernel.gemm(any_layout(A), any_layout(B), any_layout(C), opaque(0))
+    """C += A·B of float32 or float64 blocks of any layout (:func:`.microkernel.driver`,
+    called through its registered entry point: :mod:`.gemm_call`)."""
+    call_gemm(A, B, C, 0)
 
 
 @njit(inline="always", error_model="numpy")
 def gemm_set(A, B, C):
-    """C = A·B (``C``'s values are not read: it may be uninitialised); the same
-    specialisation of the driver as :func:`gemm` (the flag is an int64 that is no
-    literal: a literal ``True`` would type, and compile, a driver of its own)."""
-    microkernel.gemm(any_layout(A), any_layout(B), any_layout(C), opaque(1))
+    """C = A·B (``C``'s values are not read: it may be uninitialised)."""
+    call_gemm(A, B, C, 1)
 
 
 #: Helper names the generated code uses, per dtype: generic name -> function here.

@@ -109,6 +109,16 @@ def module_source(m, kernels: list[list[str]], helpers: dict) -> str:
         + ", ".join(f"{fn} as {alias}" for alias, fn in helpers.items()),
         "from blockbuster_numba.threads import parallel_for as parallel_for_",
         "",
+    ]
+    if any(re.search(r"\bgemm(_set)?_\(", line) for source in kernels for line in source):
+        lines += [
+            "# Block matmuls call the micro-kernel's driver by name (blockbuster_numba.gemm_call):",
+            "# registered before the kernels compile or load.",
+            "from blockbuster_numba.gemm_call import ensure_gemm_symbol",
+            f"ensure_gemm_symbol({str(m.dtype)!r})",
+            "",
+        ]
+    lines += [
         f"THREADS = {m.threads}  # the parallel loops' ranges run on this many threads",
         f"DT = np.{m.dtype}",
         "ONE = DT(1.0)",
