@@ -45,6 +45,7 @@ from blockbuster.errors import BackendError
 import numba  # noqa: E402
 
 from . import kernel_numpy, runtime  # noqa: E402
+from .llvm_options import kernel_codegen  # noqa: E402
 from .parallel_compile import precompile  # noqa: E402
 from .codegen import generate_source  # noqa: E402
 
@@ -191,7 +192,8 @@ class CompiledModule:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)   # compiles (or loads) every kernel
+            with kernel_codegen():
+                spec.loader.exec_module(module)   # compiles (or loads) every kernel
         except Exception as err:
             sys.modules.pop(name, None)
             raise BackendError(f"numba: compiling program {self.program.name} failed "

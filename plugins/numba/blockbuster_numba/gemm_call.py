@@ -29,6 +29,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from . import microkernel
+from .llvm_options import full_codegen
 
 _DTYPES = {"float32": types.float32, "float64": types.float64}
 _LOCK = threading.Lock()
@@ -59,7 +60,8 @@ def ensure_gemm_symbol(dtype: str) -> str:
     name = symbol(dtype)
     with _LOCK:
         if dtype not in _ENTRIES:
-            entry = _compile_entry(_DTYPES[dtype])
+            with full_codegen():
+                entry = _compile_entry(_DTYPES[dtype])
             llvm_binding.add_symbol(name, entry.address)
             _ENTRIES[dtype] = entry
     return name

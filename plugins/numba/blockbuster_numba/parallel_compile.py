@@ -86,6 +86,7 @@ def plan(source: str, workers: int, start_lines: int | None = None) -> list[list
 
 def compile_only(path: Path, kernels: list[str], module_name: str) -> None:
     """Execute the module at ``path`` compiling only ``kernels`` (into the cache)."""
+    from .llvm_options import kernel_codegen
     keep = set(kernels)
     source = path.read_text()
 
@@ -96,7 +97,8 @@ def compile_only(path: Path, kernels: list[str], module_name: str) -> None:
     module.__file__ = str(path)
     sys.modules[module_name] = module
     try:
-        exec(compile(_KERNEL.sub(lazy, source), str(path), "exec"), module.__dict__)
+        with kernel_codegen():
+            exec(compile(_KERNEL.sub(lazy, source), str(path), "exec"), module.__dict__)
     finally:
         sys.modules.pop(module_name, None)
 

@@ -1,0 +1,53 @@
+"""LLVM's loop strength reduction is off only while generated kernels compile: the
+micro-kernel's driver, and anything else compiled afterwards, get every pass."""
+
+from blockbuster_numba import llvm_options
+
+
+def test_lsr_is_off_inside_kernel_codegen_and_restored_after():
+    assert llvm_options._DISABLED[0] is False
+    with llvm_options.kernel_codegen():
+        assert llvm_options._DISABLED[0] is True
+        with llvm_options.full_codegen():          # the driver, compiled on first use
+            assert llvm_options._DISABLED[0] is False
+        assert llvm_options._DISABLED[0] is True
+    assert llvm_options._DISABLED[0] is False
+
+
+def test_lsr_is_restored_when_a_kernel_fails_to_compile():
+    try:
+        with llvm_options.kernel_codegen():
+            raise RuntimeError("typing error in a kernel")
+    except RuntimeError:
+        pass
+    assert llvm_options._DISABLED[0] is False
+
+
+def _codegen_passes(compile_inside) -> set[str]:
+    """Names of the machine-code passes LLVM ran on a fresh function with a loop."""
+    import numpy as np
+    from numba import njit
+    from numba.core import config
+
+    def body(a, b):
+        for i in range(a.shape[0]):
+            for j in range(a.shape[1]):
+                b[i, j] = a[i, j] * 2.0 + b[j, i]
+    old = config.LLVM_PASS_TIMINGS
+    config.LLVM_PASS_TIMINGS = 1
+    try:
+        with compile_inside():
+            fn = njit("void(float32[:, ::1], float32[:, ::1])")(body)
+    finally:
+        config.LLVM_PASS_TIMINGS = old
+    fn(np.ones((3, 3), np.float32), np.ones((3, 3), np.float32))
+    timings = fn.overloads[fn.signatures[0]].metadata["llvm_pass_timings"]
+    return {r.pass_name.split(" #")[0] for rec in timings if "Finalize object" in rec.name
+            for r in rec.timings.list_records()}
+
+
+def test_llvm_really_skips_the_pass_inside_and_runs_it_outside():
+    import contextlib
+    assert "Loop Strength Reduction" in _codegen_passes(contextlib.nullcontext)
+    assert "Loop Strength Reduction" not in _codegen_passes(llvm_options.kernel_codegen)
+    assert "Loop Strength Reduction" in _codegen_passes(contextlib.nullcontext)
