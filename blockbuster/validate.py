@@ -57,21 +57,35 @@ class Validation:
 def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
             tolerance: float = DEFAULT_TOLERANCE) -> Validation:
     """Worst error over all outputs; relative errors are against each output's largest
-    reference magnitude (elementwise relative error is meaningless near zero)."""
+    finite reference magnitude (elementwise relative error is meaningless near zero).
+    Where the reference itself is not finite (a masked log-softmax's ``-inf``, NaN
+    inputs), the output must be the same: NaN where it is NaN, the same infinity
+    where it is infinite; anywhere else a non-finite output fails."""
     max_abs = max_rel = 0.0
     finite = True
     for name, ref in reference.items():
         out = np.asarray(outputs[name], dtype=np.float64)
         ref = np.asarray(ref, dtype=np.float64)
-        if out.shape != ref.shape or not np.all(np.isfinite(out)):
+        if out.shape != ref.shape:
             finite = False
             max_abs = max_rel = float("inf")
             continue
-        err = float(np.max(np.abs(out - ref))) if ref.size else 0.0
-        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        ok = np.isfinite(ref)
+        if not np.all(np.isfinite(out[ok])) or not _same_non_finite(out[~ok], ref[~ok]):
+            finite = False
+            max_abs = max_rel = float("inf")
+            continue
+        err = float(np.max(np.abs(out[ok] - ref[ok]))) if ok.any() else 0.0
+        scale = float(np.max(np.abs(ref[ok]))) if ok.any() else 0.0
         max_abs = max(max_abs, err)
         max_rel = max(max_rel, err / scale if scale > 0 else err)
     return Validation(max_abs, max_rel, tolerance, finite and max_rel <= tolerance)
+
+
+def _same_non_finite(out: np.ndarray, ref: np.ndarray) -> bool:
+    """``out`` is NaN where ``ref`` is NaN and equal to it where ``ref`` is ±inf."""
+    nan = np.isnan(ref)
+    return bool(np.all(np.isnan(out[nan])) and np.all(out[~nan] == ref[~nan]))
 
 
 def validate_outputs(subject, outputs: Mapping[str, np.ndarray],

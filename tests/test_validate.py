@@ -93,3 +93,45 @@ def test_run_tolerance_follows_the_unfused_float32_baseline_of_a_deep_program():
     assert ok.passed
     bad = validate_outputs(subject, {"Y": exact["Y"] + 1.01 * ok.tolerance * scale}, inputs)
     assert not bad.passed
+
+
+def test_non_finite_outputs_pass_exactly_where_the_reference_has_them():
+    """A masked log-softmax is -inf where its logits are: the oracle says so too, and
+    the finite part is compared as usual (before, any non-finite value failed, so
+    `run` on masked logits always exited 1)."""
+    ref = {"Y": np.array([[1.0, -np.inf], [np.nan, 2.0]])}
+    assert compare({"Y": np.array([[1.0, -np.inf], [np.nan, 2.0]], np.float32)}, ref).passed
+    same = compare({"Y": np.array([[1.0, -np.inf], [np.nan, 2.0 + 1e-7]])}, ref)
+    assert same.passed and same.max_rel_error == pytest.approx(5e-8)
+    assert not compare({"Y": np.array([[1.0, np.inf], [np.nan, 2.0]])}, ref).passed
+    assert not compare({"Y": np.array([[1.0, -np.inf], [0.0, 2.0]])}, ref).passed
+    assert not compare({"Y": np.array([[1.0, -np.inf], [np.nan, 2.1]])}, ref).passed
+    assert not compare({"Y": np.array([[np.inf, -np.inf], [np.nan, 2.0]])}, ref).passed
+    everything = {"Y": np.full((2, 2), np.nan)}
+    assert compare({"Y": np.full((2, 2), np.nan)}, everything).passed
+
+
+def test_run_validates_a_masked_log_softmax(tmp_path):
+    """`run PROGRAM.bbp --inputs` with -inf logits (masked positions): -inf outputs in
+    the program and the oracle alike, so validation passes (exit 0)."""
+    import subprocess
+    import sys
+    program = tmp_path / "logsm.bbp"
+    program.write_text(
+        "program log_softmax\ndim M = 40 block 16\ndim S = 37 block 16\n"
+        "input L[M, S]\noutput Y[M, S]\narray mx[M]\narray den[M]\n"
+        "kernel rmax for m in M:\n  mx[m] = max(s in S: rowmax(L[m, s]))\n"
+        "kernel rs for m in M:\n"
+        "  den[m] = sum(s in S: rowsum(exp(rowshift(neg(mx[m]), L[m, s]))))\n"
+        "kernel y for m in M, s in S:\n"
+        "  Y[m, s] = rowshift(neg(add(mx[m], log(den[m]))), L[m, s])\n")
+    logits = np.random.default_rng(0).standard_normal((40, 37)).astype(np.float32)
+    logits[:, 20:] = -np.inf
+    np.savez(tmp_path / "masked.npz", L=logits)
+    done = subprocess.run([sys.executable, "-m", "blockbuster", "run", str(program),
+                           "--inputs", str(tmp_path / "masked.npz"), "--backend",
+                           "reference", "--tune", "off", "--json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-500:] + done.stderr[-500:]
+    import json
+    assert json.loads(done.stdout)["validation"]["passed"]
