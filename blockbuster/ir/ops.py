@@ -96,7 +96,9 @@ def _check_one_block(ts, attr):
 
 
 def _check_relabel(ts, attr):
-    _rank(ts[0], 1, "positions vector"), _rank(ts[1], 2, "block")
+    _rank(ts[0], 1, "positions vector")
+    if len(_block(ts[1], "block").axes) != 1:   # a vector (one row) relabels its axis
+        _rank(ts[1], 2, "block")
 
 
 def _check_keep_ge(ts, attr):
@@ -148,7 +150,7 @@ def _transpose_axes(args):
 
 
 def _relabel_axes(args):
-    return (args[1][0], args[0][0])
+    return tuple(args[1][:-1]) + (args[0][0],)
 
 
 def _rows(args):
@@ -234,8 +236,8 @@ def _rotate_half(x):
 
 
 def _relabel(p, a):
-    if p.shape[0] != a.shape[1]:
-        raise BackendError(f"relabel: a block with {a.shape[1]} columns cannot take "
+    if p.shape[0] != a.shape[-1]:
+        raise BackendError(f"relabel: a block with {a.shape[-1]} columns cannot take "
                            f"{p.shape[0]} positions")
     return a
 

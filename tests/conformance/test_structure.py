@@ -265,3 +265,29 @@ def test_float64_option(run, rng):
     out = run(MATMUL.format(m=13, bm=4, k=9, bk=2, n=7, bn=3), dtype=np.float64, A=a, B=b)["C"]
     assert out.dtype == np.float64
     np.testing.assert_allclose(out, a @ b, rtol=1e-12, atol=1e-12)
+
+
+VECTOR_HEADS = """
+program vector_heads
+dim N1 = 1 block 1
+dim E = 20 block 5
+dim H = 4 point
+dim HD = 5 block 5
+input x[N1, E]
+output y[H, HD]
+output z[N1, E]
+kernel y for h in H, hd in HD:
+  y[h, hd] = mul(relabel(pos(HD, hd), colsum(x[0, h // 1])), 2.0)
+kernel z for n1 in N1, e in E:
+  z[n1, e] = colshift(relabel(pos(E, e), y[e // 1, 0]), x[n1, e])
+"""
+
+
+def test_relabel_of_a_vector(run, rng):
+    """One row of an input (a single token) split into heads: ``relabel`` renames
+    the only axis of a vector as it renames a block's columns (the importer emits
+    it for a [1, 1, E] input viewed as heads; the verifier used to reject it)."""
+    x = f32(rng.normal(size=(1, 20)))
+    out = run(VECTOR_HEADS, x=x)
+    np.testing.assert_allclose(out["y"], 2 * x.reshape(4, 5), rtol=1e-6)
+    np.testing.assert_allclose(out["z"], 3 * x, rtol=1e-6)

@@ -319,3 +319,28 @@ def test_unequal_chunks_say_why():
     from blockbuster.frontend.pytorch import ImportError_
     with pytest.raises(ImportError_, match="axis of 37 cannot be cut into blocks of 13"):
         bb.from_torch(lambda a: a.chunk(3, -1)[1] * 2, torch.randn(7, 37))
+
+
+class HeadsOfOneToken(nn.Module):
+    """Split into heads, scaled per head, merged back: with one token (B = T = 1)
+    the input's only row is a vector once its unit axes drop out."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(24, 24)
+
+    def forward(self, x):
+        b, t, e = x.shape
+        h = self.proj(x).view(b, t, 4, 6).transpose(1, 2)
+        h = h * torch.arange(1.0, 5.0).view(1, 4, 1, 1)
+        return h.transpose(1, 2).reshape(b, t, e) + x
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_one_token_split_into_heads(backend):
+    """Used to raise an internal IRError (relabel of a vector) from from_torch, and
+    under torch.compile a region 'left to PyTorch after an internal error'."""
+    torch.manual_seed(0)
+    model, x = HeadsOfOneToken().eval(), torch.randn(1, 1, 24)
+    got, _, _ = run_imported(model, x, fuse=True, backend=backend)
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-6

@@ -87,11 +87,11 @@ def emit_transpose(g, node, frame):
 
 def emit_relabel(g, node, frame):
     p, a = (g.value(x, frame) for x in node.args)
-    if p.axes[0].size != a.axes[1].size:
-        raise BackendError(f"triton: relabel of {a.axes[1].dim.name} (padded to "
-                           f"{a.axes[1].size}) as {p.axes[0].dim.name} (padded to "
+    if p.axes[0].size != a.axes[-1].size:
+        raise BackendError(f"triton: relabel of {a.axes[-1].dim.name} (padded to "
+                           f"{a.axes[-1].size}) as {p.axes[0].dim.name} (padded to "
                            f"{p.axes[0].size}): the block sizes must pad alike")
-    return Block(a.code, (a.axes[0], p.axes[0]), a.zero_padded)
+    return Block(a.code, tuple(a.axes[:-1]) + (p.axes[0],), a.zero_padded)
 
 
 def emit_rotate_half(g, node, frame):
