@@ -121,3 +121,15 @@ def test_llama_attention_is_causal_and_reads_no_score_matrix():
     inter = [a for a in fused.arrays if a.name not in fused.inputs + fused.outputs]
     assert not any(list(a.dims).count(t.name) >= 2 for a in inter)   # no T×T array
     assert "keep_ge" in bb.format_program(fused)
+
+
+def test_gpt2_block_with_a_batch_of_three():
+    """GPT-2's Conv1D flattens batch and sequence (``x.view(-1, E)``) around its
+    ``addmm``: a batch larger than one imports, fuses and matches eager."""
+    torch.manual_seed(0)
+    model, x = gpt2().eval(), torch.randn(3, 29, 64)
+    program = bb.from_torch(model, x)
+    fused = bb.fuse(program, hardware="numba").program
+    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
+    want = _float64(model, x)
+    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5

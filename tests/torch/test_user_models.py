@@ -344,3 +344,28 @@ def test_one_token_split_into_heads(backend):
     model, x = HeadsOfOneToken().eval(), torch.randn(1, 1, 24)
     got, _, _ = run_imported(model, x, fuse=True, backend=backend)
     assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-6
+
+
+class FlattenedBatch(nn.Module):
+    """``x.view(-1, E)`` before a matmul and a view back, as GPT-2's Conv1D and
+    OPT's decoder layer write it: batch × rows merged into one axis of rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(24, 40), nn.Linear(40, 24)
+
+    def forward(self, x):
+        shape = x.shape
+        h = torch.addmm(self.up.bias, x.view(-1, shape[-1]), self.up.weight.t())
+        h = F.gelu(h).view(*shape[:-1], 40)
+        return self.down(h) + x
+
+
+@pytest.mark.parametrize("shape", [(2, 37, 24), (3, 5, 24)])
+def test_batch_and_rows_merged_by_a_view(shape):
+    """Used to fail with 'view: only heads in the last axis of a block merge' for
+    any batch > 1 (so GPT-2's block imported only one sample at a time)."""
+    torch.manual_seed(0)
+    model, x = FlattenedBatch().eval(), torch.randn(*shape)
+    got, _, _ = run_imported(model, x, fuse=True, backend="numba")
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-6

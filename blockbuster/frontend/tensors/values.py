@@ -266,16 +266,15 @@ def split_view(planner: Planner, v: Value, at: int, heads, inner, what: str) -> 
             o, i = index[at], index[at + 1]
             return v.load(tuple(index[:at]) + (o * size + i,) + tuple(index[at + 2:]))
         return _replace_axes(v, at, 1, sizes, axes, loader)
-    if v.order[-1:] != (at,):
-        raise TensorError(f"{what}: only the last axis of a block splits into heads")
+    side = v.order.index(at)                         # the block's columns or rows
     inner_dim = planner.dim(inner).name
-    per_head = planner.dim(inner).nblocks            # column blocks per head
+    per_head = planner.dim(inner).nblocks            # blocks per head
 
-    def loader(index: Index) -> Expr:                # head h = column blocks of h
+    def loader(index: Index) -> Expr:                # head h = the blocks of h
         h, d = index[at], index[at + 1]
         col = across(h) if per_head == 1 else h * per_head + d
         old = tuple(index[:at]) + (col,) + tuple(index[at + 2:])
-        return E.call("relabel", E.pos(inner_dim, index[at + 1]), _unlabelled(v.load(old)))
+        return relabel_side(v.load(old), side, len(v.order), inner_dim, index[at + 1])
     return _replace_axes(v, at, 1, sizes, axes, loader)
 
 
@@ -316,20 +315,20 @@ def merge_view(planner: Planner, v: Value, at: int, merged, what: str) -> Value:
             return v.load(tuple(index[:at]) + (m // n2, m - (m // n2) * n2)
                           + tuple(index[at + 1:]))
         return _replace_axes(v, at, 2, size, (merged,), loader)
-    if v.order[-1:] != (at + 1,):
-        raise TensorError(f"{what}: only heads in the last axis of a block merge")
     if not d1.point:
         raise TensorError(f"{what}: merging two tiled axes ({d1.name} × {d2.name}) is "
                           f"not supported (only heads × head columns, or point axes)")
+    # Heads × head columns, or batch × rows (``x.view(-1, E)`` of a [B, T, E]
+    # tensor): block m of the merged axis is block m of the point index m.
+    side = v.order.index(at + 1)
+    per_head = d2.nblocks                            # blocks per head
 
-    per_head = d2.nblocks                            # column blocks per head
-
-    def loader(index: Index) -> Expr:                # column block m = head m
+    def loader(index: Index) -> Expr:                # block m = head m
         m = index[at]
         head, blk = (across(m), IConst(0)) if per_head == 1 else \
             (m // per_head, m - (m // per_head) * per_head)
         inner = v.load(tuple(index[:at]) + (head, blk) + tuple(index[at + 1:]))
-        return E.call("relabel", E.pos(dm.name, m), _unlabelled(inner))
+        return relabel_side(inner, side, len(v.order), dm.name, m)
     return _replace_axes(v, at, 2, size, (merged,), loader)
 
 
@@ -434,6 +433,14 @@ def relabel_at(e: Expr, at: int, dim: str, index) -> Expr:
     if at == 1:
         return E.call("relabel", E.pos(dim, index), _unlabelled(e))
     return E.call("transpose", E.call("relabel", E.pos(dim, index), E.call("transpose", e)))
+
+
+def relabel_side(e: Expr, side: int, tiled: int, dim: str, index) -> Expr:
+    """Block ``e`` (of ``tiled`` axes) with its axis ``side`` labelled ``dim``; a
+    vector's only axis is relabelled as a block's columns are."""
+    if tiled == 2 and side == 0:
+        return relabel_at(e, 0, dim, index)
+    return E.call("relabel", E.pos(dim, index), _unlabelled(e))
 
 
 def _unlabelled(e: Expr) -> Expr:
