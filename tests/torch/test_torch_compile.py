@@ -258,3 +258,21 @@ def test_buffers_are_state_and_fold_at_import(monkeypatch):
             model.inv_freq.mul_(0.5)                    # changed state: recompiled
             assert _close(compiled(x), model(x))
     assert builds == ["torch_graph", "torch_graph"]
+
+
+def test_buffers_stay_state_when_a_new_size_recompiles_with_dynamic_shapes():
+    """A second sequence length makes TorchDynamo recompile with symbolic sizes; the
+    graph then reaches the backend, and the placeholders' sources are gone by the
+    time a concrete size is compiled. The buffer used to become a caller's input
+    there: the cos/sin tables did not fold and their `cat` was left to PyTorch."""
+    import warnings
+    from blockbuster.frontend.pytorch import dynamo
+    model = RotaryTable().eval()
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        with torch.no_grad():
+            for t in (19, 11, 7):
+                x = torch.randn(2, t, 24)
+                assert _close(compiled(x), model(x))

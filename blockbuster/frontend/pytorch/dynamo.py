@@ -86,12 +86,16 @@ class Specializing:
     def __init__(self, gm, opts: CompileOptions):
         self.gm, self.opts = gm, opts
         self.compiled: dict = {}
+        # TorchDynamo drops the placeholders' sources once the backend returns: which
+        # inputs are buffers is read now, for the compiles on the first calls.
+        self.sources = _sources(gm)
 
     def __call__(self, *args):
         key = tuple(tuple(a.shape) if hasattr(a, "shape") else a for a in args)
         fn = self.compiled.get(key)
         if fn is None:
-            fn = self.compiled[key] = compile_graph(self.gm, list(args), self.opts)
+            fn = self.compiled[key] = compile_graph(self.gm, list(args), self.opts,
+                                                    self.sources)
         return fn(*args)
 
 
@@ -114,10 +118,11 @@ def _report(message: str) -> None:
     warnings.warn(f"blockbuster: {message}", FallbackWarning, stacklevel=3)
 
 
-def compile_graph(gm, example_inputs: list, opts: CompileOptions):
+def compile_graph(gm, example_inputs: list, opts: CompileOptions,
+                  sources: list | None = None):
     import torch
     from .capture import export
-    params = _state_positions(gm, example_inputs)
+    params = _state_positions(gm, example_inputs, sources)
     try:
         ep = export(gm, tuple(example_inputs), strict=False)
     except ImportError_ as exc:
@@ -152,21 +157,30 @@ class _NoRegion(Exception):
     pass
 
 
-def _state_positions(gm, example_inputs) -> tuple:
+def _state_positions(gm, example_inputs, sources: list | None = None) -> tuple:
     """Positions of the inputs that are the module's state, not the caller's data:
     parameters, and buffers (a rotary embedding's ``inv_freq``: what is computed
-    from them alone, such as the cos/sin tables, is then evaluated once at import)."""
+    from them alone, such as the cos/sin tables, is then evaluated once at import).
+    ``sources``: the placeholders' source names, read while TorchDynamo still had
+    them (:class:`Specializing`); else from ``gm``."""
     import torch
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if sources is None:
+        sources = _sources(gm)
     out = []
     for i, t in enumerate(example_inputs):
-        source = getattr(placeholders[i].meta.get("grapharg"), "source", None) \
-            if i < len(placeholders) else None
+        source = sources[i] if i < len(sources) else ""
         if isinstance(t, torch.nn.Parameter) or (
-                isinstance(t, torch.Tensor) and "._buffers[" in str(
-                    getattr(source, "name", ""))):
+                isinstance(t, torch.Tensor) and "._buffers[" in source):
             out.append(i)
     return tuple(out)
+
+
+def _sources(gm) -> list[str]:
+    """Each placeholder's source name (``L['self']._buffers['inv_freq']``; "" where
+    unknown)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return [str(getattr(getattr(n.meta.get("grapharg"), "source", None), "name", ""))
+            for n in placeholders]
 
 
 class CompiledRegion:
