@@ -133,3 +133,14 @@ def test_gpt2_block_with_a_batch_of_three():
     got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
     want = _float64(model, x)
     assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+
+
+def test_gpt2_block_on_one_token():
+    """A single token ([1, 1, E]): the attention's head views keep its row."""
+    torch.manual_seed(0)
+    model, x = gpt2().eval(), torch.randn(1, 1, 64)
+    program = bb.from_torch(model, x)
+    fused = bb.fuse(program, hardware="numba").program
+    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
+    want = _float64(model, x)
+    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5

@@ -369,3 +369,31 @@ def test_batch_and_rows_merged_by_a_view(shape):
     model, x = FlattenedBatch().eval(), torch.randn(*shape)
     got, _, _ = run_imported(model, x, fuse=True, backend="numba")
     assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-6
+
+
+class HandWrittenAttention(nn.Module):
+    def __init__(self, causal=False):
+        super().__init__()
+        self.qkv, self.out, self.causal = nn.Linear(24, 72), nn.Linear(24, 24), causal
+
+    def forward(self, x):
+        b, t, e = x.shape
+        q, k, v = (h.view(b, t, 4, 6).transpose(1, 2) for h in self.qkv(x).split(24, -1))
+        scores = q @ k.transpose(-1, -2) / 6 ** 0.5
+        if self.causal:
+            scores = scores.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1),
+                                        float("-inf"))
+        o = scores.softmax(-1) @ v
+        return self.out(o.transpose(1, 2).reshape(b, t, e))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_attention_over_a_single_token(batch, causal):
+    """One token per sequence ([B, 1, E], a decode step without a cache): the
+    input's stored row stays a row through the head views (it used to become a
+    vector there, and `q @ k^T` of two vectors failed to import)."""
+    torch.manual_seed(0)
+    model, x = HandWrittenAttention(causal).eval(), torch.randn(batch, 1, 24)
+    got, _, _ = run_imported(model, x, fuse=True, backend="numba")
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-6

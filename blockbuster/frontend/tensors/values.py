@@ -179,16 +179,43 @@ def reshape(planner: Planner, v: Value, shape: Sequence[int], what: str) -> Valu
     if tuple(shape) == v.shape:
         return v
     # Work on the non-broadcast structure: drop every size-1 axis, regroup, re-add.
+    # A stored size-1 axis (an input's one row: a single token) stays where the new
+    # shape has a size-1 axis after the same elements ((B, 1, E) viewed as
+    # (B, 1, H, D)): its block keeps its rows, as at any other length.
+    kept = _kept_units(v, shape)
     out = v
     for p in reversed(range(out.rank)):
-        if out.shape[p] == 1:
+        if out.shape[p] == 1 and p not in kept:
             out = drop_axis(out, p, planner)
-    core = [s for s in shape if s != 1]
+    new_units = set(kept.values())
+    core = [s for j, s in enumerate(shape) if s != 1 or j in new_units]
     out = _regroup(planner, out, core, what)
     for p, s in enumerate(shape):
-        if s == 1:
+        if s == 1 and p not in new_units:
             out = insert_axis(out, p)
     return out
+
+
+def _kept_units(v: Value, shape: Sequence[int]) -> dict[int, int]:
+    """Stored size-1 axes of ``v`` (old position -> new position) that the new shape
+    keeps: a size-1 axis of ``shape`` preceded by as many elements; of several, the
+    last (leading size-1 axes are batches; a block's rows sit next to its columns)."""
+    def starts(sh):
+        out, n = [], 1
+        for s in sh:
+            out.append(n)
+            n *= s
+        return out
+    old_at, new_at = starts(v.shape), starts(shape)
+    kept: dict[int, int] = {}
+    for p, (s, c) in enumerate(zip(v.shape, v.axes)):
+        if s != 1 or c is None:
+            continue
+        free = [j for j, t in enumerate(shape) if t == 1 and new_at[j] == old_at[p]
+                and j not in kept.values()]
+        if free:
+            kept[p] = free[-1]
+    return kept
 
 
 def _infer(shape: list[int], old: tuple, what: str) -> list[int]:
