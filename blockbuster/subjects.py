@@ -111,14 +111,22 @@ def _program_subject(label: str, program: Program, sizes: dict, blocks: dict) ->
             arrays[name] = np.asarray(value, dtype=np.float32)
         return arrays
     return Subject(label, "program", program, make_inputs,
-                   lambda inputs: reference_float64(program, inputs))
+                   lambda inputs: reference_run(program, inputs, np.float64),
+                   lambda inputs: reference_run(program, inputs, np.float32))
 
 
 def reference_float64(program: Program, inputs: dict) -> dict:
     """The reference interpreter on the unfused program, in float64."""
+    return reference_run(program, inputs, np.float64)
+
+
+def reference_run(program: Program, inputs: dict, dtype) -> dict:
+    """The reference interpreter on the unfused program, computing in ``dtype``
+    (float64: a program file's oracle; float32: its baseline, what the program
+    achieves unfused in the precision it runs in)."""
     from .backends.reference import backend
-    run = backend.compile(program)
-    return dict(run(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}))
+    run = backend.compile(program, dtype=dtype)
+    return dict(run(**{k: np.asarray(v, dtype=dtype) for k, v in inputs.items()}))
 
 
 # --- Python factories -----------------------------------------------------------------------

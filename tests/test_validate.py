@@ -135,3 +135,23 @@ def test_run_validates_a_masked_log_softmax(tmp_path):
     assert done.returncode == 0, done.stdout[-500:] + done.stderr[-500:]
     import json
     assert json.loads(done.stdout)["validation"]["passed"]
+
+
+def test_a_program_files_oracle_is_float64_and_its_baseline_float32(tmp_path):
+    """`run PROGRAM.bbp` validates against the reference interpreter in float64 (the
+    oracle ran the interpreter's default float32 before: a float32 reference with a
+    float32 tolerance, so the reference backend always showed an error of 0)."""
+    from blockbuster.subjects import load_subject
+    path = tmp_path / "gram.bbp"
+    path.write_text("program gram\ndim M = 37 block 16\ndim K = 300 block 64\n"
+                    "input A[M, K]\noutput G[M, M]\nkernel g for i in M, j in M:\n"
+                    "  G[i, j] = sum(k in K: dot(A[i, k], transpose(A[j, k])))\n")
+    subject = load_subject(str(path))
+    inputs = subject.make_inputs(subject.program, 0)
+    a = inputs["A"].astype(np.float64) * 1e3 + 1e3
+    want = a @ a.T
+    got = subject.oracle({"A": a})["G"]
+    assert got.dtype == np.float64
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < 1e-13
+    base = subject.baseline({"A": a})["G"]
+    assert 1e-9 < np.max(np.abs(base - want)) / np.max(np.abs(want)) < 1e-5
