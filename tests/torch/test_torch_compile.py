@@ -276,3 +276,17 @@ def test_buffers_stay_state_when_a_new_size_recompiles_with_dynamic_shapes():
             for t in (19, 11, 7):
                 x = torch.randn(2, t, 24)
                 assert _close(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("blocks", [{"N48": 0}, {"N48": -2}, {"N48": 2.5}, {"N48": "16"},
+                                    [("N48", 16)]])
+def test_bad_block_sizes_are_a_clear_error(blocks):
+    """A block of 0 was silently the default; 2.5, "16" or a list raised TypeErrors
+    from deep inside the importer."""
+    import blockbuster as bb
+    compiled = torch.compile(Block().eval(), backend="blockbuster", options={"blocks": blocks})
+    with pytest.raises(Exception) as err:
+        compiled(torch.randn(1, 5, 48))
+    assert "UsageError" in repr(err.value) and "blocks" in str(err.value)
+    with pytest.raises(UsageError, match="blocks"):
+        bb.from_torch(Block().eval(), torch.randn(1, 5, 48), blocks=blocks)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import attrs
+import numpy as np
 
 from ...ir.types import Dim
 from ..tensors import DEFAULT_BLOCK
@@ -46,7 +47,7 @@ class DimPlanner:
 
     def __init__(self, blocks: dict[str, int] | None = None):
         self._classes: list[_Class] = []
-        self._blocks = dict(blocks or {})
+        self._blocks = check_blocks(blocks)
         self._resolved: list[Dim] | None = None
         self._cursor = 0
         self._links: list[tuple] = []
@@ -259,6 +260,22 @@ class DimPlanner:
         for d in self._resolved or ():
             seen.setdefault(d.name, d)
         return tuple(seen.values())
+
+
+def check_blocks(blocks) -> dict[str, int]:
+    """``blocks=`` as given by a user: {dimension name: positive integer block}."""
+    from ...errors import UsageError
+    if blocks is None:
+        return {}
+    if not isinstance(blocks, dict):
+        raise UsageError(f"blocks: expected a dict of dimension name to block size, "
+                         f"got {type(blocks).__name__}")
+    for name, block in blocks.items():
+        if not isinstance(name, str) or isinstance(block, bool) or \
+                not isinstance(block, (int, np.integer)) or block < 1:
+            raise UsageError(f"blocks: {name!r}: a block size is a positive integer, "
+                             f"got {block!r}")
+    return {name: int(block) for name, block in blocks.items()}
 
 
 def _aligned_block(block: int, align: int) -> int:

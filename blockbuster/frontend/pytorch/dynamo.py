@@ -58,7 +58,9 @@ class CompileOptions:
             from ...dsl.loader import load_rules
             rules = load_rules(*([rules] if isinstance(rules, str) else rules))
         from ...tuning import resolve_mode
-        return cls(name, rules, options.get("blocks"),
+        from .dims import check_blocks
+        blocks = options.get("blocks")
+        return cls(name, rules, None if blocks is None else check_blocks(blocks),
                    options.get("hardware") or backend.hardware,
                    resolve_mode(options.get("tune"), "model"))
 
