@@ -53,6 +53,17 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"error: {_one_line(message)} (usage: {self.prog} --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        # Options a subcommand does not know reach the top-level parser as extras:
+        # point to that subcommand's --help, which lists what it takes.
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(ns, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            self.exit(2, f"error: unrecognized arguments: {' '.join(extras)} "
+                         f"(usage: {prog} --help)\n")
+        return ns
+
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__

@@ -133,6 +133,18 @@ def test_argparse_usage_errors_exit_2(args):
     assert "Traceback" not in r.stderr
 
 
+
+@pytest.mark.parametrize("args, usage", [
+    (["show", "attention", "--json"], "(usage: blockbuster show --help)"),
+    (["workloads", "--fused"], "(usage: blockbuster workloads --help)"),
+])
+def test_an_option_the_subcommand_lacks_points_to_its_help(args, usage):
+    """`show --json` used to say `(usage: blockbuster --help)`, whose help does not
+    list the subcommand's options."""
+    r = bb(*args)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    assert r.stderr.startswith("error: unrecognized arguments: ") and usage in r.stderr
+
 def test_source_error_prints_its_excerpt(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise SourceError("unexpected ')'", "rules.bbr", 3, 7, "rule x: f(a))")
