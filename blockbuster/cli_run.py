@@ -51,6 +51,9 @@ def add_run(sub) -> None:
     p.add_argument("--emit-source", metavar="FILE", nargs="?", const="-",
                    help="print (or write to FILE) the source the backend generated for "
                         "the fused program")
+    p.add_argument("--save-outputs", metavar="FILE.npz",
+                   help="write the fused program's outputs by name to a new .npz file "
+                        "(never over an existing file; written even if validation fails)")
     add_tune_args(p)
     p.set_defaults(func=cmd_run)
 
@@ -139,6 +142,31 @@ def _verify_small_copy(args, rules, limits, hardware) -> int:
     return verifier.checked
 
 
+def check_outputs_path(path: str, inputs: str | None) -> None:
+    """``--save-outputs``: a new ``.npz`` file (NumPy would append the suffix to any
+    other name; an existing file, the inputs above all, is never replaced)."""
+    if not path.endswith(".npz"):
+        raise UsageError(f"--save-outputs {path}: the file name must end in .npz")
+    if inputs is not None and os.path.abspath(path) == os.path.abspath(inputs):
+        raise UsageError(f"--save-outputs {path}: that is the --inputs file; choose a new "
+                         f"file name")
+    check_output_path(path, flag="--save-outputs")
+
+
+def save_outputs(path: str, outputs) -> None:
+    """Write ``outputs`` (name -> array) to the new file ``path``; created exclusively,
+    so a file that appeared since the check is not replaced either."""
+    import numpy as np
+    try:
+        with open(path, "xb") as f:
+            np.savez(f, **{name: np.asarray(value) for name, value in outputs.items()})
+    except FileExistsError:
+        raise UsageError(f"refusing to overwrite --save-outputs {path}: it exists; "
+                         f"choose a new file name") from None
+    except OSError as err:
+        raise UsageError(f"cannot write --save-outputs {path}: {err.strerror}") from None
+
+
 #: What a DOT file written by ``--dot`` starts with: a rerun may replace such a file.
 DOT_PREFIX = "digraph blockbuster {"
 
@@ -150,6 +178,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output_path(args.dot, flag="--dot", own_prefix=DOT_PREFIX)
     if args.emit_source not in (None, "-"):
         check_output_path(args.emit_source, allowed=(".py",), flag="--emit-source")
+    if args.save_outputs is not None:
+        check_outputs_path(args.save_outputs, args.inputs)
     sizes = parse_assignments(args.size, "--size")
     blocks = parse_assignments(args.block, "--block")
     from .tuning import resolve_mode
@@ -197,7 +227,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                           backend=backend, seed=args.seed, rules=rules, limits=limits,
                           on_fused=on_fused, progress=False if args.json else None,
                           on_compiled=on_compiled, tune=tune,
-                          tune_budget=args.tune_seconds)
+                          tune_budget=args.tune_seconds,
+                          on_outputs=(None if args.save_outputs is None else
+                                      lambda out: save_outputs(args.save_outputs, out)))
+    if args.save_outputs is not None:
+        report["saved_outputs"] = args.save_outputs
     if checked is not None:
         report["verified_steps"] = checked
     if args.json:

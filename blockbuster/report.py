@@ -52,7 +52,8 @@ def run_workload(target, sizes: dict[str, int] | None = None,
                  rules=None, limits=None, step_check=None,
                  on_fused=None, progress=None, on_compiled=None,
                  inputs_file: str | None = None, tune: str | None = None,
-                 tune_timer=None, tune_budget: float | None = None) -> dict[str, Any]:
+                 tune_timer=None, tune_budget: float | None = None,
+                 on_outputs=None) -> dict[str, Any]:
     """Build, fuse, compile, run and validate one target; returns the report dict.
 
     ``target``: a workload name, ``PATH.bbp``, ``module.py:factory`` (see
@@ -105,6 +106,8 @@ def run_workload(target, sizes: dict[str, int] | None = None,
         on_compiled(compiled)
     inputs = subject.make_inputs(fused, seed)
     outputs = timed("run", compiled, **inputs)
+    if on_outputs is not None:          # before validation: kept even when it fails
+        on_outputs(outputs)
     validation = validate_outputs(subject, outputs, inputs)
 
     before = cost(program, hardware)

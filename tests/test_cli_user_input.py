@@ -93,13 +93,44 @@ SMALL = ["attention", "--size", "N=40", "--size", "D=8", "--backend", "reference
 
 @pytest.mark.parametrize("flag,name", [("--dot", "prog.bbp"), ("--dot", "x.npz"),
                                        ("--dot", "notes.txt"), ("--dot", "hand.dot"),
-                                       ("--emit-source", "x.npz")])
+                                       ("--emit-source", "x.npz"),
+                                       ("--save-outputs", "earlier.npz")])
 def test_outputs_never_overwrite_a_users_file(flag, name, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / name).write_text("mine\n")
     err = _fails(["run", *SMALL, flag, name], capsys)
     assert err == f"error: refusing to overwrite {flag} {name}: it exists; choose a new file name\n"
     assert (tmp_path / name).read_text() == "mine\n"
+
+
+def test_run_saves_the_fused_outputs_by_name(tmp_path, monkeypatch, capsys):
+    # Ragged N (100 in blocks of 32), outputs up to 5e34: the saved array is the fused
+    # program's, checked against NumPy.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.bbp").write_text(PROGRAM)
+    a = np.linspace(-80.0, 80.0, 100).astype(np.float32)
+    np.savez(tmp_path / "in.npz", A=a)
+    assert cli.main(["run", "p.bbp", "--backend", "reference", "--inputs", "in.npz",
+                     "--save-outputs", "out.npz", "--json"]) == 0
+    assert '"saved_outputs": "out.npz"' in capsys.readouterr().out
+    saved = np.load(tmp_path / "out.npz")
+    assert list(saved) == ["Y"] and saved["Y"].shape == (100,)
+    np.testing.assert_allclose(saved["Y"], np.exp(a.astype(np.float64)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name,fragment", [("out.txt", "the file name must end in .npz"),
+                                           ("in.npz", "that is the --inputs file")])
+def test_saved_outputs_go_to_a_new_npz_file_only(name, fragment, tmp_path, monkeypatch,
+                                                 capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.bbp").write_text(PROGRAM)
+    np.savez(tmp_path / "in.npz", A=np.ones(100, np.float32))
+    before = (tmp_path / "in.npz").read_bytes()
+    err = _fails(["run", "p.bbp", "--backend", "reference", "--inputs", "in.npz",
+                  "--save-outputs", name], capsys)
+    assert fragment in err and err.count("\n") == 1
+    assert (tmp_path / "in.npz").read_bytes() == before
+    assert not (tmp_path / "out.txt").exists()
 
 
 def test_the_dot_output_is_not_the_program_it_reads(tmp_path, monkeypatch, capsys):
