@@ -19,12 +19,11 @@ them (no copy, no owner), so the driver sees exactly the arrays the kernel passe
 
 from __future__ import annotations
 
-import threading
-
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import cfunc, njit, types
 from numba.core import cgutils
+from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
@@ -32,7 +31,6 @@ from . import microkernel
 from .llvm_options import full_codegen
 
 _DTYPES = {"float32": types.float32, "float64": types.float64}
-_LOCK = threading.Lock()
 _ENTRIES: dict[str, object] = {}       # dtype name -> its compiled entry (kept alive)
 
 
@@ -58,7 +56,9 @@ def ensure_gemm_symbol(dtype: str) -> str:
     """Compile (or load from the cache) ``dtype``'s entry once per process and
     register its address under :func:`symbol`; the name."""
     name = symbol(dtype)
-    with _LOCK:
+    # Numba's compiler lock, not a lock of our own: a kernel's codegen (which holds
+    # it) calls this too, and two locks taken in both orders could deadlock.
+    with global_compiler_lock:
         if dtype not in _ENTRIES:
             with full_codegen():
                 entry = _compile_entry(_DTYPES[dtype])
