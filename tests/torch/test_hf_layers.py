@@ -32,6 +32,22 @@ class LlamaWithRope(torch.nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
+class PhiWithRope(torch.nn.Module):
+    """A Phi decoder layer (partial rotary embedding: each head's first columns
+    rotate, the rest pass through) with its rotary embedding, as PhiModel calls it."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        from transformers.models.phi.modeling_phi import PhiDecoderLayer, PhiRotaryEmbedding
+        self.layer = PhiDecoderLayer(cfg, 0)
+        self.rope = PhiRotaryEmbedding(cfg)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1]).unsqueeze(0)
+        out = self.layer(x, position_embeddings=self.rope(x, pos), attention_mask=None)
+        return out[0] if isinstance(out, tuple) else out
+
+
 class FirstOutput(torch.nn.Module):
     def __init__(self, layer):
         super().__init__()
@@ -57,6 +73,15 @@ def llama(attn="sdpa"):
                       max_position_embeddings=128)
     cfg._attn_implementation = attn
     return LlamaWithRope(cfg)
+
+
+def phi(attn="sdpa"):
+    from transformers import PhiConfig
+    cfg = PhiConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                    num_key_value_heads=2, num_hidden_layers=1,
+                    max_position_embeddings=128)
+    cfg._attn_implementation = attn
+    return PhiWithRope(cfg)
 
 
 def bert(attn="eager"):
@@ -143,4 +168,20 @@ def test_gpt2_block_on_one_token():
     fused = bb.fuse(program, hardware="numba").program
     got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
     want = _float64(model, x)
+    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+
+
+def test_phi_partial_rotary_embedding_batch_two_odd_length():
+    """Phi rotates the first 8 columns of each head of 16 and passes the other 8
+    through (``cat(q_rot, q_pass)`` inside a head): the head is cut into two blocks,
+    the concatenation is one kernel; unfused and fused match eager in float64."""
+    torch.manual_seed(0)
+    model, x = phi().eval(), torch.randn(2, 37, 64)
+    program = bb.from_torch(model, x)
+    assert any(k.name.startswith("concat") for k in program.kernels)
+    want = _float64(model, x)
+    out = bb.compile(program)(**{program.inputs[0]: x.numpy()})[program.outputs[0]]
+    assert _rel(np.asarray(out).reshape(want.shape), want) < 1e-5
+    fused = bb.fuse(program, hardware="numba").program
+    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
     assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5

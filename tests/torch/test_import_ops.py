@@ -246,20 +246,51 @@ def test_a_scalar_tensor_input(backend):
 
 
 class ChunkedHeads(torch.nn.Module):
-    """q, k, v chunked out of each head of 48 (pieces of 16): a head is one block,
-    so the pieces are not whole blocks."""
+    """q, k, v chunked out of each head of ``3·piece`` columns."""
 
-    def __init__(self):
+    def __init__(self, piece=16):
         super().__init__()
-        self.qkv = torch.nn.Linear(64, 192, bias=False)
+        self.piece = piece
+        self.qkv = torch.nn.Linear(64, 4 * 3 * piece, bias=False)
 
     def forward(self, x):
         b, t, _ = x.shape
-        q, k, v = self.qkv(x).view(b, t, 4, 48).transpose(1, 2).chunk(3, dim=-1)
+        q, k, v = self.qkv(x).view(b, t, 4, 3 * self.piece).transpose(1, 2).chunk(3, dim=-1)
         return q * k + v
 
 
+def test_heads_chunked_into_whole_blocks_import_and_match_eager():
+    """A head of 48 chunked into pieces of 16: the head is cut into blocks of 16
+    (three per head), so every piece is whole blocks."""
+    model, x = ChunkedHeads().eval(), torch.randn(2, 13, 64)
+    got, _, low = run_imported(model, x)
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
+    assert {d.block for d in low.program.dims if d.size == 4 * 48} == {16}
+
+
 def test_heads_chunked_below_a_block_are_a_clear_error_not_a_broken_program():
-    with pytest.raises(ImportError_, match=r"test_import_ops.py:\d+: .*slicing at 16 an axis "
-                       r"tiled in blocks of 48"):
-        lower_module(ChunkedHeads().eval(), torch.randn(1, 13, 64))
+    with pytest.raises(ImportError_, match=r"test_import_ops.py:\d+: .*slicing at 4 an axis "
+                       r"tiled in blocks of 12"):
+        lower_module(ChunkedHeads(piece=4).eval(), torch.randn(1, 13, 64))
+
+
+class CatAlongColumns(torch.nn.Module):
+    """Two projections (32 and 16 columns) concatenated, then a third: a ``cat``
+    of whole-block pieces of different sizes, then the slices of the result."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(40, 32), torch.nn.Linear(40, 16)
+        self.out = torch.nn.Linear(48, 24)
+
+    def forward(self, x):
+        h = torch.cat([torch.tanh(self.a(x)), self.b(x)], dim=-1)
+        return self.out(h) + h[..., 16:40].sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_cat_of_pieces_of_different_sizes_matches_eager(fuse):
+    model, x = CatAlongColumns().eval(), torch.randn(2, 19, 40)
+    got, _, low = run_imported(model, x, fuse=fuse, backend="numba" if fuse else "reference")
+    assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
+    assert any(k.name.startswith("concat") for k in low.program.kernels)

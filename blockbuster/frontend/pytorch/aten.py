@@ -226,11 +226,42 @@ def _cat(low, node, xs, dim=0):
     if not pieces:
         raise ImportError_("concatenation of empty tensors only")
     source = rotate_half_source(node)
-    if source is None:
-        raise ImportError_("concatenation is supported as the rotate-half of rotary "
-                           "embeddings (cat(-x2, x1)) only")
-    x = low.values[source.name] if source.name in low.values else low.value(source)
-    return low.k.rotate_half(x, node.name)
+    if source is not None:
+        x = low.values[source.name] if source.name in low.values else low.value(source)
+        return low.k.rotate_half(x, node.name)
+    return _concat(low, pieces, dim % pieces[0].rank, node.name)
+
+
+def _concat(low, pieces, axis: int, what: str) -> Value:
+    """``cat(pieces, axis)`` of stored axes (a head's rotary columns and the columns
+    that pass through): each piece is a block-aligned slice of the result's axis,
+    the other axes are the pieces' own (one kernel, :meth:`KernelEmitter.concat`)."""
+    first, planner = pieces[0], low.planner
+    if any(p.rank != first.rank for p in pieces) or any(
+            p.shape[:axis] + p.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]
+            for p in pieces):
+        raise ImportError_(f"cat of shapes {[list(p.shape) for p in pieces]} along axis "
+                           f"{axis}: the other axes differ")
+    for p in pieces:
+        for q, (a, b) in enumerate(zip(first.axes, p.axes)):
+            if q == axis:
+                continue
+            if (a is None) != (b is None):
+                raise ImportError_("cat: a broadcast (expanded or size-1) axis in one "
+                                   "piece only is not supported")
+            if a is not None:
+                planner.unify(a, b, what)
+    if any(p.axes[axis] is None for p in pieces):
+        raise ImportError_("cat along a broadcast (expanded or size-1) axis is not "
+                           "supported")
+    total = sum(p.shape[axis] for p in pieces)
+    out = planner.new(total, "")
+    start = 0
+    for p in pieces:
+        end = start + p.shape[axis]
+        planner.link_slice(out, p.axes[axis], what, math.gcd(start, end))
+        start = end
+    return low.k.concat(pieces, axis, out, what)
 
 
 @handles("index.Tensor")

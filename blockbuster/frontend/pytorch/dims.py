@@ -30,6 +30,11 @@ from ..tensors.errors import TensorError
 #: it raises while lowering a node is an import error too.
 ImportError_ = TensorError
 
+#: The smallest block a head is cut into where slices cut it (a partial rotary
+#: embedding's rotated columns, q/k/v chunked out of a head); a finer cut (a block of
+#: a few columns) is an import error naming the slice, not a program of tiny blocks.
+MIN_BLOCK_PER_HEAD = 8
+
 
 @attrs.define
 class _Class:
@@ -175,9 +180,14 @@ class DimPlanner:
             elif kind == "split":
                 self.mark_point(b)
                 if self._tiled(a):
-                    # head h is column block h: the blocks of both are one head
-                    self.require_block(a, self.size(out), what)
-                    self.require_block(out, self.size(out), what)
+                    # head h is column block h: the blocks of both are one head,
+                    # or a whole number of blocks per head where slices cut a head
+                    # (a partial rotary embedding's rotated and passed columns)
+                    block = math.gcd(self.size(out), self._alignment(out))
+                    if block < MIN_BLOCK_PER_HEAD:
+                        block = self.size(out)   # the slice below reports the cut
+                    self.require_block(a, block, what)
+                    self.require_block(out, block, what)
                     self.mark_tiled(out)
                 else:
                     self.mark_point(out)

@@ -289,20 +289,26 @@ class KernelEmitter:
     def concat(self, pieces: Sequence[Value], axis: int, out_axis, what: str,
                name: str | None = None) -> Value:
         """``cat(pieces)`` along the tiled ``axis`` as the dimension ``out_axis``: one
-        kernel. Every piece has the same whole number ``n`` of blocks there, so output
-        block ``c`` is block ``c mod n`` of piece ``c // n``, chosen per element by its
-        global position (each piece's block is read; the wrong ones are discarded)."""
+        kernel. Every piece is a whole number of blocks of the same size there (piece
+        ``j`` starts at block ``o_j`` and has ``n_j`` blocks), so output block ``c``
+        is block ``c - o_j`` of the piece ``j`` whose range holds ``c``. Each piece's
+        block ``(c - o_j) mod n_j`` (always in range) is read and the right one chosen
+        per element by its global position (the wrong ones are discarded)."""
         first = pieces[0]
+        if self.planner.planning:
+            self.planner.mark_tiled(out_axis)
+            shape = first.shape[:axis] + (sum(p.shape[axis] for p in pieces),) + \
+                first.shape[axis + 1:]
+            axes = first.axes[:axis] + (out_axis,) + first.axes[axis + 1:]
+            return self.emit("concat", shape, axes, lambda index: E.const(0.0), name)
         dims = [self.planner.dim(p.axes[axis]) for p in pieces]
         d, out = dims[0], self.planner.dim(out_axis)
-        if any(x.point for x in dims) or any((x.size, x.block) != (d.size, d.block)
-                                             for x in dims) or \
-                (len(pieces) > 1 and d.size % d.block) or out.block != d.block or \
-                out.size != d.size * len(pieces):
-            raise TensorError(f"{what}: only pieces of the same whole number of blocks "
-                              f"along a tiled axis concatenate (got "
+        if any(x.point for x in dims) or any(x.block != d.block for x in dims) or \
+                (len(pieces) > 1 and any(x.size % x.block for x in dims)) or \
+                out.block != d.block or out.size != sum(x.size for x in dims):
+            raise TensorError(f"{what}: only pieces of whole numbers of blocks of one "
+                              f"size along a tiled axis concatenate (got "
                               f"{[(x.name, x.size, x.block) for x in dims]})")
-        n = d.nblocks
         tiled = self.tiled(first)
         if axis not in tiled:
             raise TensorError(f"{what}: axis {axis} is not tiled")
@@ -311,17 +317,24 @@ class KernelEmitter:
             raise TensorError(f"{what}: concatenation needs blocks over two axes")
         side = "colshift" if at == 1 else "rowshift"
         axes = first.axes[:axis] + (out_axis,) + first.axes[axis + 1:]
+        starts = [sum(x.size for x in dims[:j]) for j in range(len(dims))]
+
+        def inner(c, j):
+            n, shift = dims[j].nblocks, (-(starts[j] // d.block)) % dims[j].nblocks
+            if n == 1:
+                return IConst(0)
+            i = c + shift if shift else c
+            return i - (i // n) * n
 
         def value(index: Index) -> Expr:
             c = index[axis]
-            inner = c - (c // n) * n if n > 1 else IConst(0)
-            blocks = [relabel_at(self.block(p, tuple(index[:axis]) + (inner,)
+            blocks = [relabel_at(self.block(p, tuple(index[:axis]) + (inner(c, j),)
                                             + tuple(index[axis + 1:])), at, out.name, c)
-                      for p in pieces]
+                      for j, p in enumerate(pieces)]
             zero = E.call("mul", E.call("ones", blocks[0]), E.const(0.0))
             acc = blocks[0]
             for j, b in enumerate(blocks[1:], 1):
-                after = E.call("ge", E.pos(out.name, c), E.const(float(j * d.size)))
+                after = E.call("ge", E.pos(out.name, c), E.const(float(starts[j])))
                 acc = E.call("where", E.call(side, after, zero), b, acc)
             return acc
         shape = first.shape[:axis] + (out.size,) + first.shape[axis + 1:]
