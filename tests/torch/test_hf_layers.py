@@ -185,3 +185,17 @@ def test_phi_partial_rotary_embedding_batch_two_odd_length():
     fused = bb.fuse(program, hardware="numba").program
     got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
     assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+
+
+def test_gpt2_block_on_one_token_with_a_batch_of_two():
+    """[2, 1, E]: ``x.view(-1, E)`` merges the batch with the one-row axis (a row
+    block is one sequence of one token) and ``view(2, 1, N)`` splits it back."""
+    torch.manual_seed(0)
+    model, x = gpt2().eval(), torch.randn(2, 1, 64)
+    program = bb.from_torch(model, x)
+    want = _float64(model, x)
+    out = bb.compile(program)(**{program.inputs[0]: x.numpy()})[program.outputs[0]]
+    assert _rel(np.asarray(out).reshape(want.shape), want) < 1e-5
+    fused = bb.fuse(program, hardware="numba").program
+    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
+    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5

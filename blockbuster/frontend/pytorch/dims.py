@@ -130,6 +130,13 @@ class DimPlanner:
         if self._resolved is None:
             self._links.append(("merge", outer, inner, merged, what))
 
+    def unit_merge(self, cid: int) -> bool:
+        """Is ``cid`` a batch merged with a stored axis of one element (a sequence
+        of one token flattened into rows)?"""
+        root = self.find(cid)
+        return any(kind == "merge" and b is not None and self.find(out) == root
+                   and self.size(b) == 1 for kind, a, b, out, _ in self._links)
+
     def link_slice(self, axis: int, part: int, what: str, align: int = 0) -> None:
         """``part`` is a block-aligned slice of ``axis``: tiled alike, same blocks.
         ``align``: what the block must divide (the slice's start, and its end when

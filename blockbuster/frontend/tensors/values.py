@@ -182,6 +182,9 @@ def reshape(planner: Planner, v: Value, shape: Sequence[int], what: str) -> Valu
     # A stored size-1 axis (an input's one row: a single token) stays where the new
     # shape has a size-1 axis after the same elements ((B, 1, E) viewed as
     # (B, 1, H, D)): its block keeps its rows, as at any other length.
+    v, shape = _rows_of_one(planner, v, list(shape), what)
+    if tuple(shape) == v.shape:
+        return v
     kept = _kept_units(v, shape)
     out = v
     for p in reversed(range(out.rank)):
@@ -194,6 +197,47 @@ def reshape(planner: Planner, v: Value, shape: Sequence[int], what: str) -> Valu
         if s == 1 and p not in new_units:
             out = insert_axis(out, p)
     return out
+
+
+def _starts(sh) -> list[int]:
+    out, n = [], 1
+    for s in sh:
+        out.append(n)
+        n *= s
+    return out
+
+
+def _rows_of_one(planner: Planner, v: Value, shape: list, what: str):
+    """Sequences of one token flattened into rows and back: ``[B, 1, E]`` (the
+    input's stored one-row axis) viewed as ``[B, E]`` merges the batch with that
+    row axis, as ``[B, T, E] -> [B·T, E]`` does (a row block is one sequence);
+    ``[B·1, N] -> [B, 1, N]`` splits such a merged axis back. Returns the value
+    with those axes regrouped and the shape still to reach."""
+    old_at, new_at = _starts(v.shape), _starts(shape)
+    p = 1
+    while p < v.rank:                 # stored unit after a stored axis, merged away
+        if v.shape[p] == 1 and v.axes[p] is not None and v.axes[p - 1] is not None \
+                and v.shape[p - 1] > 1 and not any(
+                    new_at[j] == old_at[p] and shape[j] == 1 for j in range(len(shape))) \
+                and any(new_at[j] == old_at[p - 1] and shape[j] == v.shape[p - 1]
+                        for j in range(len(shape))):
+            v = _merge(planner, v, p - 1, 2, what)
+            old_at = _starts(v.shape)
+        p += 1
+    unit_merge = getattr(planner, "unit_merge", None)
+    if unit_merge is None:
+        return v, shape
+    p = 0
+    while p < v.rank:                 # such a merged axis split back into (B, 1)
+        c = v.axes[p]
+        js = [j for j in range(len(shape) - 1) if new_at[j] == old_at[p]
+              and shape[j] == v.shape[p] and shape[j + 1] == 1]
+        if c is not None and v.shape[p] > 1 and unit_merge(c) and js:
+            v = _split(planner, v, p, [v.shape[p], 1], what)
+            old_at = _starts(v.shape)
+            p += 1
+        p += 1
+    return v, shape
 
 
 def _kept_units(v: Value, shape: Sequence[int]) -> dict[int, int]:
