@@ -199,3 +199,17 @@ def test_gpt2_block_on_one_token_with_a_batch_of_two():
     fused = bb.fuse(program, hardware="numba").program
     got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
     assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+
+
+def test_phi_rotating_more_than_one_block_of_a_head_is_a_clear_error():
+    """Three quarters of a head of 32 rotate (24 columns), the head's blocks are 8:
+    the rotate-half would swap halves within each block (wrong numbers), so the
+    import refuses it in one line."""
+    from blockbuster.frontend.pytorch import ImportError_
+    from transformers import PhiConfig
+    cfg = PhiConfig(hidden_size=128, intermediate_size=96, num_attention_heads=4,
+                    num_hidden_layers=1, max_position_embeddings=128,
+                    partial_rotary_factor=0.75)
+    cfg._attn_implementation = "sdpa"
+    with pytest.raises(ImportError_, match="split into blocks of 24 and of 8"):
+        bb.from_torch(PhiWithRope(cfg).eval(), torch.randn(2, 13, 128))

@@ -228,8 +228,26 @@ def _cat(low, node, xs, dim=0):
     source = rotate_half_source(node)
     if source is not None:
         x = low.values[source.name] if source.name in low.values else low.value(source)
-        return low.k.rotate_half(x, node.name)
+        return low.k.rotate_half(_one_block_rows(low, x, node.name), node.name)
     return _concat(low, pieces, dim % pieces[0].rank, node.name)
+
+
+def _one_block_rows(low, x: Value, what: str) -> Value:
+    """``x`` whose last axis (the rotated columns) is one block: the rotate-half
+    operator swaps the halves of each block, so a head cut into several blocks
+    (a partial rotary embedding over more than one block) is an import error."""
+    c = x.axes[-1] if x.rank else None
+    if c is None:
+        raise ImportError_("rotate-half of a broadcast axis")
+    if low.planner.planning:
+        low.planner.mark_tiled(c)
+        low.planner.require_block(c, x.shape[-1], what)
+    else:
+        d = low.planner.dim(c)
+        if d.point or d.nblocks != 1:
+            raise ImportError_(f"rotate-half of {d.size} columns in blocks of {d.block} "
+                               f"(the rotated columns must be one block)")
+    return x
 
 
 def _concat(low, pieces, axis: int, what: str) -> Value:
