@@ -159,6 +159,13 @@ def test_long_calls_are_timed_twice_and_short_ones_three_times():
                      timer=timer, repeats=3)
     assert result == [1.5, 0.01]
     assert calls.count("slow") == 2 and calls.count("fast") == 3
+    # By default a short call is taken five times (best of five), a 0.6 s one until
+    # its calls add up to 2 s (four), a long one twice.
+    calls.clear()
+    result = measure(["slow", "mid", "fast"], lambda p: p, lambda p: {}, budget_s=1e9,
+                     timer=lambda c, i: calls.append(c) or {"slow": 1.5, "fast": 0.01,
+                                                            "mid": 0.6}[c])
+    assert [calls.count(c) for c in ("slow", "fast", "mid")] == [2, 5, 4]
 
 
 def test_a_failing_candidate_is_not_chosen():
