@@ -204,12 +204,13 @@ def test_gpt2_block_on_one_token_with_a_batch_of_two():
 def test_phi_rotating_more_than_one_block_of_a_head_is_a_clear_error():
     """Three quarters of a head of 32 rotate (24 columns), the head's blocks are 8:
     the rotate-half would swap halves within each block (wrong numbers), so the
-    import refuses it in one line."""
+    import refuses it in one line, located at the model's line that slices."""
     from blockbuster.frontend.pytorch import ImportError_
     from transformers import PhiConfig
     cfg = PhiConfig(hidden_size=128, intermediate_size=96, num_attention_heads=4,
                     num_hidden_layers=1, max_position_embeddings=128,
                     partial_rotary_factor=0.75)
     cfg._attn_implementation = "sdpa"
-    with pytest.raises(ImportError_, match="split into blocks of 24 and of 8"):
+    with pytest.raises(ImportError_, match=r"modeling_phi\.py:\d+: aten\.slice\.Tensor: "
+                                           r".*split into blocks of 24 and of 8"):
         bb.from_torch(PhiWithRope(cfg).eval(), torch.randn(2, 13, 128))

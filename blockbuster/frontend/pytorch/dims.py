@@ -94,7 +94,7 @@ class DimPlanner:
         ck, cd = self._classes[keep], self._classes[drop]
         if ck.block and cd.block and ck.block != cd.block:
             raise ImportError_(f"{what}: an axis of {ck.size} is split into blocks of "
-                               f"{ck.block} and of {cd.block}")
+                               f"{ck.block} and of {cd.block}", node=what)
         ck.block = ck.block or cd.block
         ck.point |= cd.point
         ck.tiled |= cd.tiled
@@ -106,7 +106,7 @@ class DimPlanner:
         if self._resolved is None:
             if c.block not in (None, block):
                 raise ImportError_(f"{what}: an axis of {c.size} is split into blocks of "
-                                   f"{c.block} and of {block}")
+                                   f"{c.block} and of {block}", node=what)
             c.block = block
 
     def mark_point(self, cid: int) -> None:
