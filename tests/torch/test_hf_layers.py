@@ -148,27 +148,32 @@ def test_llama_attention_is_causal_and_reads_no_score_matrix():
     assert "keep_ge" in bb.format_program(fused)
 
 
+def _matches_eager(model, x, program=None, unfused=True):
+    """The imported program (``program``, else imported here) matches eager float64
+    within 1e-5: unfused on the reference interpreter (``unfused``), fused on Numba."""
+    program = program or bb.from_torch(model, x)
+    want = _float64(model, x)
+    if unfused:
+        out = bb.compile(program)(**{program.inputs[0]: x.numpy()})[program.outputs[0]]
+        assert _rel(np.asarray(out).reshape(want.shape), want) < 1e-5
+    fused = bb.fuse(program, hardware="numba").program
+    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
+    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+
+
 def test_gpt2_block_with_a_batch_of_three():
     """GPT-2's Conv1D flattens batch and sequence (``x.view(-1, E)``) around its
     ``addmm``: a batch larger than one imports, fuses and matches eager."""
     torch.manual_seed(0)
     model, x = gpt2().eval(), torch.randn(3, 29, 64)
-    program = bb.from_torch(model, x)
-    fused = bb.fuse(program, hardware="numba").program
-    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
-    want = _float64(model, x)
-    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+    _matches_eager(model, x, unfused=False)
 
 
 def test_gpt2_block_on_one_token():
     """A single token ([1, 1, E]): the attention's head views keep its row."""
     torch.manual_seed(0)
     model, x = gpt2().eval(), torch.randn(1, 1, 64)
-    program = bb.from_torch(model, x)
-    fused = bb.fuse(program, hardware="numba").program
-    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
-    want = _float64(model, x)
-    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+    _matches_eager(model, x, unfused=False)
 
 
 def test_phi_partial_rotary_embedding_batch_two_odd_length():
@@ -179,12 +184,7 @@ def test_phi_partial_rotary_embedding_batch_two_odd_length():
     model, x = phi().eval(), torch.randn(2, 37, 64)
     program = bb.from_torch(model, x)
     assert any(k.name.startswith("concat") for k in program.kernels)
-    want = _float64(model, x)
-    out = bb.compile(program)(**{program.inputs[0]: x.numpy()})[program.outputs[0]]
-    assert _rel(np.asarray(out).reshape(want.shape), want) < 1e-5
-    fused = bb.fuse(program, hardware="numba").program
-    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
-    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+    _matches_eager(model, x, program)
 
 
 def test_gpt2_block_on_one_token_with_a_batch_of_two():
@@ -192,13 +192,7 @@ def test_gpt2_block_on_one_token_with_a_batch_of_two():
     block is one sequence of one token) and ``view(2, 1, N)`` splits it back."""
     torch.manual_seed(0)
     model, x = gpt2().eval(), torch.randn(2, 1, 64)
-    program = bb.from_torch(model, x)
-    want = _float64(model, x)
-    out = bb.compile(program)(**{program.inputs[0]: x.numpy()})[program.outputs[0]]
-    assert _rel(np.asarray(out).reshape(want.shape), want) < 1e-5
-    fused = bb.fuse(program, hardware="numba").program
-    got = bb.compile(fused, backend="numba")(**{program.inputs[0]: x.numpy()})
-    assert _rel(np.asarray(got[program.outputs[0]]).reshape(want.shape), want) < 1e-5
+    _matches_eager(model, x)
 
 
 def test_phi_rotating_more_than_one_block_of_a_head_is_a_clear_error():
