@@ -11,6 +11,7 @@ from ..errors import IRError, UsageError
 from ..ir.types import Dim
 from .builder_tensor import Tensor
 from .tensors import values as V
+from .tensors import reshapes as R
 from .tensors.attention import attend
 from .tensors.values import Value
 
@@ -38,7 +39,7 @@ class ViewOps:
             raise IRError(f"{what}: needs rows and columns, got {list(x.dims)}")
         self._heads_of(what, x.dims[-1], heads, head_dim)
         r = len(x.dims)
-        v = V.split_view(self._k.planner, self._value(x), r - 1, heads, head_dim, what)
+        v = R.split_view(self._k.planner, self._value(x), r - 1, heads, head_dim, what)
         return self._view(V.permute(v, list(range(r - 2)) + [r - 1, r - 2, r]), x)
 
     def merge_heads(self, o: Tensor, cols: str) -> Tensor:
@@ -52,7 +53,7 @@ class ViewOps:
         self._heads_of(what, cols, heads, hd)
         r = len(o.dims)
         v = V.permute(self._value(o), list(range(r - 3)) + [r - 2, r - 3, r - 1])
-        return self._view(V.merge_view(self._k.planner, v, r - 2, cols, what), o)
+        return self._view(R.merge_view(self._k.planner, v, r - 2, cols, what), o)
 
     def _shared_heads(self, kv: Tensor, heads: str, what: str) -> Value:
         """``kv[..., G, S, D]`` read by ``heads`` query heads, ``heads/G`` per key/value
@@ -64,7 +65,7 @@ class ViewOps:
                           f"{g.size} heads ({g.name}) of {kv.name}")
         copies = V.expand(V.insert_axis(v, r - 2),
                           v.shape[:r - 2] + (h.size // g.size,) + v.shape[r - 2:])
-        return V.merge_view(self._k.planner, copies, r - 3, heads, what)
+        return R.merge_view(self._k.planner, copies, r - 3, heads, what)
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                   scale: float | None = None, mask: Tensor | None = None,

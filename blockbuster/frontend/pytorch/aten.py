@@ -13,6 +13,7 @@ import math
 from ...ir import expr as E
 
 from ..tensors import values as V
+from ..tensors import reshapes as R
 from ..tensors.composites import layer_norm, rms_norm, softmax
 from ..tensors.values import Value, scalar
 from .dims import ImportError_
@@ -135,7 +136,7 @@ def _sdpa(low, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 @handles("view.default", "_unsafe_view.default", "reshape.default")
 def _view(low, node, x, shape):
-    return V.reshape(low.planner, x, [int(s) for s in shape], node.name)
+    return R.reshape(low.planner, x, [int(s) for s in shape], node.name)
 
 
 @handles("permute.default")

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ..tensors import values as V
+from ..tensors import reshapes as R
 from ..tensors.attention import attend
 from ..tensors.values import Value
 from .dims import ImportError_
@@ -61,7 +62,7 @@ def _share_heads(low, q: Value, kv: Value, what: str) -> Value:
     at = kv.rank - 2
     x = V.insert_axis(kv, at)
     x = V.expand(x, x.shape[:at] + (hq // hk,) + x.shape[at + 1:])
-    return V.reshape(low.planner, x, list(kv.shape[:-3]) + [hq] + list(kv.shape[-2:]), what)
+    return R.reshape(low.planner, x, list(kv.shape[:-3]) + [hq] + list(kv.shape[-2:]), what)
 
 
 def _is_causal_mask(low, node, mask: Value, tq: int, tk: int) -> bool:

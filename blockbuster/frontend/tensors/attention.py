@@ -2,7 +2,7 @@
 
 For any number of leading (batch, head) axes; ``q[..., T, D]``, ``k[..., S, D]`` and
 ``v[..., S, Dv]`` already have the same heads (key/value heads shared by several
-query heads are a view: :func:`.values.merge_view`). Causal attention reduces over
+query heads are a view: :func:`.reshapes.merge_view`). Causal attention reduces over
 the key range ``[: i + 1]`` only, so blocks above the diagonal are never read, and
 masks the diagonal blocks with ``keep_ge`` on global positions.
 """
