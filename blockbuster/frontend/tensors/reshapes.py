@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ...ir.expr import Expr
 from ...ir.index import IConst
 from .errors import TensorError
-from .values import (Index, Planner, Value, _dummy, _replace_axes, across, drop_axis,
+from .values import (Index, Planner, Value, planning_loader, replace_axes, across, drop_axis,
                      insert_axis, relabel_side)
 
 
@@ -156,7 +156,7 @@ def _regroup(planner: Planner, v: Value, shape: list[int], what: str) -> Value:
 def _split(planner: Planner, v: Value, at: int, parts: list[int], what: str) -> Value:
     cls = v.axes[at]
     if cls is None:                                  # an expanded axis: stays broadcast
-        return _replace_axes(v, at, 1, tuple(parts), (None,) * len(parts), None)
+        return replace_axes(v, at, 1, tuple(parts), (None,) * len(parts), None)
     if len(parts) != 2:
         raise TensorError(f"{what}: splitting an axis of {v.shape[at]} into {parts} "
                            f"is not supported (only into heads × head size)")
@@ -164,7 +164,7 @@ def _split(planner: Planner, v: Value, at: int, parts: list[int], what: str) -> 
     outer, inner = planner.new(heads, "H"), planner.new(size, "HD")
     planner.link_split(cls, outer, inner, what)
     if planner.planning:
-        return _replace_axes(v, at, 1, (heads, size), (outer, inner), _dummy)
+        return replace_axes(v, at, 1, (heads, size), (outer, inner), planning_loader)
     return split_view(planner, v, at, outer, inner, what)
 
 
@@ -178,7 +178,7 @@ def split_view(planner: Planner, v: Value, at: int, heads, inner, what: str) -> 
         def loader(index: Index) -> Expr:
             o, i = index[at], index[at + 1]
             return v.load(tuple(index[:at]) + (o * size + i,) + tuple(index[at + 2:]))
-        return _replace_axes(v, at, 1, sizes, axes, loader)
+        return replace_axes(v, at, 1, sizes, axes, loader)
     side = v.order.index(at)                         # the block's columns or rows
     inner_dim = planner.dim(inner).name
     per_head = planner.dim(inner).nblocks            # blocks per head
@@ -188,7 +188,7 @@ def split_view(planner: Planner, v: Value, at: int, heads, inner, what: str) -> 
         col = across(h) if per_head == 1 else h * per_head + d
         old = tuple(index[:at]) + (col,) + tuple(index[at + 2:])
         return relabel_side(v.load(old), side, len(v.order), inner_dim, index[at + 1])
-    return _replace_axes(v, at, 1, sizes, axes, loader)
+    return replace_axes(v, at, 1, sizes, axes, loader)
 
 
 def _merge(planner: Planner, v: Value, at: int, count: int, what: str) -> Value:
@@ -197,13 +197,13 @@ def _merge(planner: Planner, v: Value, at: int, count: int, what: str) -> Value:
     c1, c2 = v.axes[at], v.axes[at + 1]
     n1, n2 = v.shape[at], v.shape[at + 1]
     if c1 is None and c2 is None:
-        return _replace_axes(v, at, 2, (n1 * n2,), (None,), None)
+        return replace_axes(v, at, 2, (n1 * n2,), (None,), None)
     if c1 is None:
         raise TensorError(f"{what}: tiling an axis by repetition is not supported")
     merged = planner.new(n1 * n2, "H" if c2 is None else "E")
     planner.link_merge(c1, c2, merged, what)
     if planner.planning:
-        return _replace_axes(v, at, 2, (n1 * n2,), (merged,), _dummy)
+        return replace_axes(v, at, 2, (n1 * n2,), (merged,), planning_loader)
     return merge_view(planner, v, at, merged, what)
 
 
@@ -220,14 +220,14 @@ def merge_view(planner: Planner, v: Value, at: int, merged, what: str) -> Value:
         def loader(index: Index) -> Expr:
             h = index[at]
             return v.load(tuple(index[:at]) + (h // n2, None) + tuple(index[at + 1:]))
-        return _replace_axes(v, at, 2, size, (merged,), loader)
+        return replace_axes(v, at, 2, size, (merged,), loader)
     d2 = planner.dim(c2)
     if d1.point and d2.point:         # batch × heads: a point index splits back
         def loader(index: Index) -> Expr:
             m = index[at]
             return v.load(tuple(index[:at]) + (m // n2, m - (m // n2) * n2)
                           + tuple(index[at + 1:]))
-        return _replace_axes(v, at, 2, size, (merged,), loader)
+        return replace_axes(v, at, 2, size, (merged,), loader)
     if not d1.point:
         raise TensorError(f"{what}: merging two tiled axes ({d1.name} × {d2.name}) is "
                           f"not supported (only heads × head columns, or point axes)")
@@ -242,4 +242,4 @@ def merge_view(planner: Planner, v: Value, at: int, merged, what: str) -> Value:
             (m // per_head, m - (m // per_head) * per_head)
         inner = v.load(tuple(index[:at]) + (head, blk) + tuple(index[at + 1:]))
         return relabel_side(inner, side, len(v.order), dm.name, m)
-    return _replace_axes(v, at, 2, size, (merged,), loader)
+    return replace_axes(v, at, 2, size, (merged,), loader)

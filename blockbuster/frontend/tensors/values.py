@@ -172,12 +172,12 @@ def unstore_unit(planner: Planner, v: Value, at: int) -> Value:
                         loader=loader, order=tuple(p for p in v.order if p != at))
 
 
-def _dummy(index: Index) -> Expr:
+def planning_loader(index: Index) -> Expr:
     """Planning-pass loader: the planning pass only learns dimensions."""
     return E.const(0.0)
 
 
-def _replace_axes(v: Value, at: int, count: int, sizes: tuple, axes: tuple,
+def replace_axes(v: Value, at: int, count: int, sizes: tuple, axes: tuple,
                   loader: Loader | None) -> Value:
     delta = len(sizes) - count
 
@@ -217,13 +217,13 @@ def slice_axis(planner: Planner, v: Value, axis: int, start, end, step, what: st
     length = end - start
     cls = v.axes[axis]
     if cls is None:
-        return _replace_axes(v, axis, 1, (length,), (None,), None)
+        return replace_axes(v, axis, 1, (length,), (None,), None)
     if length == 1:
         return _pick(planner, v, axis, start, what)
     part = planner.new(length, "")
     planner.link_slice(cls, part, what, math.gcd(start, end if end != n else 0))
     if planner.planning:
-        return _replace_axes(v, axis, 1, (length,), (part,), _dummy)
+        return replace_axes(v, axis, 1, (length,), (part,), planning_loader)
     return slice_view(planner, v, axis, start, end, part, what)
 
 
@@ -231,14 +231,14 @@ def _pick(planner: Planner, v: Value, axis: int, at: int, what: str) -> Value:
     """``v[..., at:at+1, ...]`` of a point axis: a size-1 (broadcast) axis, like any
     other size-1 axis (a multi-query attention's one key head broadcasts)."""
     if planner.planning:
-        return _replace_axes(v, axis, 1, (1,), (None,), _dummy)
+        return replace_axes(v, axis, 1, (1,), (None,), planning_loader)
     if not planner.dim(v.axes[axis]).point:
         raise TensorError(f"{what}: a single element [{at}] of an axis tiled in "
                           f"blocks (only whole blocks can be sliced)")
 
     def loader(index: Index) -> Expr:
         return v.load(tuple(index[:axis]) + (IConst(at),) + tuple(index[axis + 1:]))
-    return _replace_axes(v, axis, 1, (1,), (None,), loader)
+    return replace_axes(v, axis, 1, (1,), (None,), loader)
 
 
 def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part,
@@ -251,7 +251,7 @@ def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part
         def loader(index: Index) -> Expr:
             return v.load(tuple(index[:axis]) + (index[axis] + start,)
                           + tuple(index[axis + 1:]))
-        return _replace_axes(v, axis, 1, (length,), (part,), loader)
+        return replace_axes(v, axis, 1, (length,), (part,), loader)
     if start % d.block or (end % d.block and end != n):
         raise TensorError(f"{what}: slicing [{start}:{end}] of an axis tiled in blocks "
                           f"of {d.block} (only whole blocks can be sliced)")
@@ -264,7 +264,7 @@ def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part
         e = v.load(tuple(index[:axis]) + (i + offset if offset else across(i),)
                    + tuple(index[axis + 1:]))
         return e if at is None else relabel_at(e, at, label, i)
-    return _replace_axes(v, axis, 1, (length,), (part,), loader)
+    return replace_axes(v, axis, 1, (length,), (part,), loader)
 
 
 def relabel_at(e: Expr, at: int, dim: str, index) -> Expr:
