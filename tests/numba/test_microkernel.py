@@ -63,9 +63,9 @@ def test_transposed_and_sliced_views_large_magnitudes():
 
 
 @pytest.mark.parametrize("layout", ["row slice", "transposed", "broadcast rows"])
-def test_a_read_in_place_or_packed(layout):
-    # Rows of unit column stride are read where they lie (at an offset in a wider
-    # array, over several k-panels); other strides are packed first. Both match.
+def test_a_read_where_it_lies_at_any_strides(layout):
+    # A is never packed: a row slice at an offset in a wider array, a transposed block
+    # and rows of stride 0, over several k-panels, all match.
     rng = np.random.default_rng(11)
     m, k, n = 3 * mk.MR + 2, mk.KC + 9, mk.NR + 5
     if layout == "row slice":
@@ -96,6 +96,23 @@ def test_b_packed_from_any_strides(layout):
     check(a, b, c)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ragged_corner_writes_nothing_outside_c(dtype):
+    # The last row tile and column strip are ragged: their stores are masked. C is a
+    # window of a larger array whose frame must keep its sentinel values.
+    rng = np.random.default_rng(5)
+    m, k, n = 2 * mk.MR + 3, 19, mk.NR + 5
+    frame = np.full((m + 4, n + 2 * mk.NR), -7.0, dtype)
+    c = frame[2:m + 2, mk.NR:mk.NR + n]
+    c[:] = rng.standard_normal((m, n))
+    a = rng.standard_normal((m, k)).astype(dtype) * 1e3
+    b = rng.standard_normal((k, n)).astype(dtype)
+    check(a, b, c)
+    outside = np.ones(frame.shape, bool)
+    outside[2:m + 2, mk.NR:mk.NR + n] = False
+    assert (frame[outside] == -7.0).all()
+
+
 def test_empty_inner_dimension_leaves_c():
     a = np.zeros((5, 0), np.float32)
     b = np.zeros((0, 9), np.float32)
@@ -116,8 +133,8 @@ def test_tile_shape_follows_the_instruction_set():
 
 def test_tuned_blocks_are_whole_register_tiles_of_columns():
     # The tuner's candidates for this backend are multiples of the micro-kernel's
-    # tile width, so no block matmul has a ragged last strip (it goes through a
-    # scratch tile); a whole dimension smaller than that stays whole.
+    # tile width, so no block matmul has a ragged last strip (computed whole on zero
+    # padding); a whole dimension smaller than that stays whole.
     from blockbuster.tuning.candidates import dim_choices, wide_assignments
     from blockbuster.tuning.constraints import constraints_of
     from blockbuster_numba import backend

@@ -102,9 +102,9 @@ def make_backend(hardware: Hardware | None = None) -> NumbaBackend:
 
 def block_constraints():
     """The tuner's block sizes for this backend: the Numba defaults, in multiples of
-    the micro-kernel's register tile width (a block matmul's last strip of columns
-    otherwise goes through a scratch tile: 944-wide blocks ran 5-15 % slower than
-    960-wide ones on AVX-512)."""
+    the micro-kernel's register tile width (a block matmul's ragged last strip of
+    columns is computed whole, on zero padding, and stored masked: 944-wide blocks
+    ran 5-15 % slower than 960-wide ones on AVX-512)."""
     from blockbuster.tuning.constraints import NUMBA
     from .microkernel import NR
     return attrs.evolve(NUMBA, multiple=max(NUMBA.multiple, NR))

@@ -7,13 +7,14 @@ phi nodes of the k loop: never reloaded from memory, which plain Numba loops do;
 ``CPU-PERFORMANCE.md`` pitfall 5), and every step of k is one row of ``B`` (``NR /
 VW`` vector loads) times ``MR`` broadcasts of ``A``, in fused multiply-adds.
 
-Around it, the driver packs operands the way BLIS does, from any strides (a
-transposed block or a column slice costs no copy before the call): a ``kc x nc``
-panel of ``B`` in ``NR``-wide column strips (kept in L2 while every row tile of ``A``
-passes over it), an ``KC x MR`` strip of ``A`` (in L1). Packing pads ragged edges
-with zeros, so one micro-kernel serves every block size; a ragged tile of ``C`` goes
-through a scratch tile. No calls into BLAS: inside a ``prange`` there is no thread
-oversubscription, and on small blocks no per-call overhead to amortise.
+Around it, the driver packs B the way BLIS does, from any strides (a transposed
+block or a column slice costs no copy before the call): a ``kc x nc`` panel in
+``NR``-wide column strips, zero-padded, kept in L2 while every row tile of ``A``
+passes over it. ``A`` is read where it lies, at any strides, and a ragged tile of
+``C`` is read and written through masked vector loads and stores: one instantiation
+of the micro-kernel serves every block size and layout. No calls into BLAS: inside a
+``prange`` there is no thread oversubscription, and on small blocks no per-call
+overhead to amortise.
 
 Tile sizes come from this CPU (read once, at import): the vector width from its
 instruction set (AVX-512: 16 lanes and 32 registers; AVX2: 8 lanes and 16), ``MR``
@@ -93,74 +94,94 @@ def _element(dtype) -> tuple:
     return ir.FloatType(), 4
 
 
-def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
-    """The micro-kernel intrinsic ``(a, aoff, lda, bp, boff, kc, C, i0, j0)``:
-    ``C[i0:i0+mr, j0:j0+nr] += A · bp[boff:]`` with ``bp[boff:]`` packed ``kc x nr``
-    (row-major). ``A`` is ``a[aoff:]`` packed ``kc x mr`` (row-major; ``lda`` unused),
-    or with ``direct`` read where it lies: element ``(i, k)`` at ``a.flat[aoff + i*lda
-    + k]`` (a row-major block of unit column stride needs no packing: its ``mr`` rows
-    are ``mr`` sequential streams, each broadcast element loaded once, as from a packed
-    strip). ``to_tile``: store into ``C`` instead of adding (a scratch tile; ``i0``,
-    ``j0`` are then 0). ``vw`` is in float32 lanes: float64 arrays get half as many
-    lanes per vector and so twice the accumulators per row, and go over the tile in
-    row passes of as many accumulators as float32's one pass (each pass its own k loop:
-    more would spill the register file)."""
+def _micro(mr: int, nr: int, vw: int):
+    """The micro-kernel intrinsic ``(a, aoff, ars, acs, bp, boff, kc, c, coff, crs, m,
+    n, store)``: the ``m x n`` corner of an ``mr x nr`` tile, ``C += A · B`` (or with
+    ``store`` non-zero ``C = A · B``).
+
+    * ``A``: element ``(i, k)`` at byte ``aoff + i*ars + k*acs`` of the pointer ``a``:
+      any strides, read where it lies. A row-major block's ``mr`` rows are ``mr``
+      sequential streams, each broadcast element loaded once, as from a packed strip;
+      packing A cost a third of a 512x2048x128 block's time on AVX-512. Rows past
+      ``m`` read row 0 again (their sums are never stored).
+    * ``B``: ``bp[boff:]``, packed ``kc x nr`` (row-major, zero-padded past ``n``).
+    * ``C``: the tile at byte ``coff`` of the pointer ``c``, rows ``crs`` bytes apart,
+      unit column stride. Only rows ``< m`` and columns ``< n`` are read or written
+      (masked vector loads and stores): a ragged tile needs no scratch copy.
+
+    One instantiation serves every case (each call site is a copy of the tile's IR to
+    optimise: six of them, with the scratch tile's copy loops, took half the
+    driver's 1.4 s compile). ``vw`` is in float32 lanes: float64 arrays get half as
+    many lanes per vector and so twice the accumulators per row, and go over the tile
+    in row passes of as many accumulators as float32's one pass (each pass its own k
+    loop: more would spill the register file)."""
 
     @intrinsic
-    def micro(typingctx, ap, aoff, lda, bp, boff, kc, c, i0, j0):
-        if not (ap.dtype == bp.dtype == c.dtype and ap.dtype in (types.float32, types.float64)):
+    def micro(typingctx, a, aoff, ars, acs, bp, boff, kc, c, coff, crs, m, n, store):
+        if not (isinstance(a, types.CPointer) and isinstance(c, types.CPointer)
+                and a.dtype == bp.dtype == c.dtype
+                and a.dtype in (types.float32, types.float64)):
             return None
-        sig = types.void(ap, types.int64, types.int64, bp, types.int64, types.int64, c,
-                         types.int64, types.int64)
+        i = types.int64
+        sig = types.void(a, i, i, i, bp, i, i, c, i, i, i, i, types.boolean)
 
         def codegen(context, builder, signature, args):
-            ap_v, aoff_v, lda_v, bp_v, boff_v, kc_v, c_v, i0_v, j0_v = args
+            a_v, aoff_v, ars_v, acs_v, bp_v, boff_v, kc_v, c_v, coff_v, crs_v, m_v, n_v, \
+                store_v = args
             fty, size = _element(signature.args[0].dtype)
             lanes = vw * 4 // size
             nv = nr // lanes
             passes = size // 4                 # float64: two passes of half the rows
             rows_per_pass = -(-mr // passes)
-            i64 = ir.IntType(64)
+            i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
             vty = ir.VectorType(fty, lanes)
-            a_ptr = builder.gep(context.make_array(signature.args[0])(
-                context, builder, ap_v).data, [aoff_v])
-            b_arr = context.make_array(signature.args[3])(context, builder, bp_v)
+            mty = ir.VectorType(ir.IntType(1), lanes)
+
+            def const(v):
+                return ir.Constant(i64, v)
+
+            b_arr = context.make_array(signature.args[4])(context, builder, bp_v)
             b_ptr = builder.gep(b_arr.data, [boff_v])
-            c_arr = context.make_array(signature.args[6])(context, builder, c_v)
-            # Where row i of A starts (hoisted out of the k loop).
-            a_rows = [builder.gep(a_ptr, [builder.mul(lda_v, ir.Constant(i64, i))])
-                      if direct else builder.gep(a_ptr, [ir.Constant(i64, i)])
-                      for i in range(mr)]
-            row_stride = cgutils.unpack_tuple(builder, c_arr.strides, 2)[0]
-            suffix = "f64" if size == 8 else "f32"
+            a_base = builder.gep(builder.bitcast(a_v, i8p), [aoff_v])
+            c_base = builder.gep(builder.bitcast(c_v, i8p), [coff_v])
+            last = builder.sub(m_v, const(1))
+            # Where row i of A and C start (hoisted out of the k loop); A's rows past
+            # m repeat its last row: in bounds, and never stored.
+            a_rows, c_rows, row_masks = [], [], []
+            lane_index = [ir.Constant(ir.VectorType(i64, lanes),
+                                      [v * lanes + j for j in range(lanes)]) for v in range(nv)]
+            n_splat = builder.insert_element(ir.Constant(ir.VectorType(i64, lanes), ir.Undefined),
+                                             n_v, ir.Constant(i32, 0))
+            n_splat = builder.shuffle_vector(n_splat, n_splat,
+                                             ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
+            col_masks = [builder.icmp_signed("<", idx, n_splat) for idx in lane_index]
+            for row in range(mr):
+                r = builder.select(builder.icmp_signed("<", const(row), m_v), const(row), last)
+                a_rows.append(builder.gep(a_base, [builder.mul(r, ars_v)]))
+                c_rows.append(builder.gep(c_base, [builder.mul(const(row), crs_v)]))
+                inside = builder.icmp_signed("<", const(row), m_v)
+                row_masks.append([builder.select(inside, cm, ir.Constant(mty, [0] * lanes))
+                                  for cm in col_masks])
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(vty, [vty, vty, vty]),
-                f"llvm.fma.v{lanes}{suffix}")
+                f"llvm.fma.v{lanes}{'f64' if size == 8 else 'f32'}")
+            vname = f"v{lanes}{'f64' if size == 8 else 'f32'}"
+            masked_load = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                vty, [vty.as_pointer(), i32, mty, vty]), f"llvm.masked.load.{vname}.p0")
+            masked_store = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                ir.VoidType(), [vty, vty.as_pointer(), i32, mty]), f"llvm.masked.store.{vname}.p0")
             zero = ir.Constant(vty, [0.0] * lanes)
             undef = ir.Constant(vty, ir.Undefined)
-            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+            splat_mask = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
-            base = builder.bitcast(c_arr.data, ir.IntType(8).as_pointer())
-            c_rows = []
-            for i in range(mr):
-                row = builder.add(i0_v, ir.Constant(i64, i))
-                off = builder.add(builder.mul(row, row_stride),
-                                  builder.mul(j0_v, ir.Constant(i64, size)))
-                c_rows.append(builder.gep(base, [off]))
-            if not to_tile:
-                # The tile of C is read after the k loop: fetch it now, so that its
-                # cache misses overlap the loop instead of stalling the store.
-                prefetch = cgutils.get_or_insert_function(
-                    builder.module, ir.FunctionType(ir.VoidType(), [
-                        ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
-                        ir.IntType(32)]), "llvm.prefetch.p0i8")
-                i32 = ir.IntType(32)
-                for row_ptr in c_rows:
-                    for byte in range(0, nr * size, 64):
-                        builder.call(prefetch, [builder.gep(row_ptr, [ir.Constant(i64, byte)]),
-                                                ir.Constant(i32, 1), ir.Constant(i32, 3),
-                                                ir.Constant(i32, 1)])
-                    builder.call(prefetch, [builder.gep(row_ptr, [ir.Constant(i64, nr * size - 1)]),
+            # The tile of C is read after the k loop: fetch it now, so that its cache
+            # misses overlap the loop instead of stalling the store (a prefetch never
+            # faults, past the corner included).
+            prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+            for row_ptr in c_rows:
+                for byte in list(range(0, nr * size, 64)) + [nr * size - 1]:
+                    builder.call(prefetch, [builder.gep(row_ptr, [const(byte)]),
                                             ir.Constant(i32, 1), ir.Constant(i32, 3),
                                             ir.Constant(i32, 1)])
 
@@ -169,29 +190,30 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
                 pre = builder.block
                 loop = builder.append_basic_block("mk.loop")
                 done = builder.append_basic_block("mk.done")
-                builder.cbranch(builder.icmp_signed(">", kc_v, ir.Constant(i64, 0)), loop, done)
+                builder.cbranch(builder.icmp_signed(">", kc_v, const(0)), loop, done)
 
                 builder.position_at_end(loop)
                 k = builder.phi(i64, "k")
-                k.add_incoming(ir.Constant(i64, 0), pre)
+                k.add_incoming(const(0), pre)
                 accs = []
                 for _ in range(len(rows) * nv):
                     p = builder.phi(vty)
                     p.add_incoming(zero, pre)
                     accs.append(p)
-                brow = builder.gep(b_ptr, [builder.mul(k, ir.Constant(i64, nr))])
+                brow = builder.gep(b_ptr, [builder.mul(k, const(nr))])
                 bvec = [builder.load(builder.bitcast(
-                    builder.gep(brow, [ir.Constant(i64, v * lanes)]), vty.as_pointer()),
+                    builder.gep(brow, [const(v * lanes)]), vty.as_pointer()),
                     align=size) for v in range(nv)]
-                a_step = k if direct else builder.mul(k, ir.Constant(i64, mr))
+                a_step = builder.mul(k, acs_v)
                 new = []
-                for n, i in enumerate(rows):
-                    a = builder.load(builder.gep(a_rows[i], [a_step]))
+                for n, row in enumerate(rows):
+                    a = builder.load(builder.bitcast(builder.gep(a_rows[row], [a_step]),
+                                                     fty.as_pointer()), align=size)
                     splat = builder.shuffle_vector(builder.insert_element(undef, a, ir.Constant(
-                        ir.IntType(32), 0)), undef, splat_mask)
+                        i32, 0)), undef, splat_mask)
                     for v in range(nv):
                         new.append(builder.call(fma, [splat, bvec[v], accs[n * nv + v]]))
-                k_next = builder.add(k, ir.Constant(i64, 1))
+                k_next = builder.add(k, const(1))
                 latch = builder.block
                 k.add_incoming(k_next, latch)
                 for p, n in zip(accs, new):
@@ -205,15 +227,17 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
                     out.add_incoming(zero, pre)
                     out.add_incoming(n, latch)
                     outs.append(out)
-                for n, i in enumerate(rows):
-                    row_ptr = builder.bitcast(c_rows[i], fty.as_pointer())
+                align = ir.Constant(i32, size)
+                for n, row in enumerate(rows):
+                    row_ptr = builder.bitcast(c_rows[row], fty.as_pointer())
                     for v in range(nv):
-                        out = outs[n * nv + v]
-                        ptr = builder.bitcast(builder.gep(row_ptr, [ir.Constant(i64, v * lanes)]),
+                        ptr = builder.bitcast(builder.gep(row_ptr, [const(v * lanes)]),
                                               vty.as_pointer())
-                        if not to_tile:
-                            out = builder.fadd(builder.load(ptr, align=size), out)
-                        builder.store(out, ptr, align=size)
+                        mask = row_masks[row][v]
+                        old = builder.call(masked_load, [ptr, align, mask, zero])
+                        out = builder.select(store_v, outs[n * nv + v],
+                                             builder.fadd(old, outs[n * nv + v]))
+                        builder.call(masked_store, [out, ptr, align, mask])
             return context.get_dummy_value()
 
         return sig, codegen
@@ -221,23 +245,9 @@ def _micro(mr: int, nr: int, vw: int, to_tile: bool, direct: bool = False):
     return micro
 
 
-_micro_add = _micro(MR, NR, VW, False)
-_micro_tile = _micro(MR, NR, VW, True)
-_micro_add_direct = _micro(MR, NR, VW, False, direct=True)
-_micro_tile_direct = _micro(MR, NR, VW, True, direct=True)
+_micro_tile = _micro(MR, NR, VW)
 
 _OPTS = dict(cache=True, error_model="numpy", nogil=True, boundscheck=False)
-
-
-@njit(inline="always", **{k: v for k, v in _OPTS.items() if k != "cache"})
-def _pack_a(A, i0, mr, k0, kc, ap):
-    """ap[k*MR + i] = A[i0+i, k0+k] (rows past ``mr`` are zeros)."""
-    for i in range(mr):
-        for k in range(kc):
-            ap[k * MR + i] = A[i0 + i, k0 + k]
-    for i in range(mr, MR):
-        for k in range(kc):
-            ap[k * MR + i] = 0.0
 
 
 def _row_copier(width: int):
@@ -322,66 +332,28 @@ def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
     float32 or float64, all three alike; ``C`` of unit column stride). Overwriting,
     the first panel of k stores its tiles instead of adding them: no zeroing of C
     first, no read of it (a product block of flash attention's depth-64 ``Q·Kᵀ``
-    spent a fifth of its time on that).
+    spent a fifth of its time on that). A is read where it lies, at any strides; B is
+    packed, a panel at a time.
 
     Compiled only as a C-callable entry point (:mod:`.gemm_call`), never as a Numba
     function that kernels link in."""
-    A = _view(a, m, k, sa0, sa1)
+    if m == 0 or n == 0 or (k == 0 and overwrite == 0):
+        return
     B = _view(b, k, n, sb0, sb1)
-    C = _view(c, m, n, sc0, sc1)
-
-    M, K = A.shape
-    N = B.shape[1]
-    if M == 0 or N == 0:
-        return
-    if K == 0:
-        if overwrite != 0:
-            C[:, :] = 0.0
-        return
-    size = C.itemsize
-    kc_max = min(KC, K)
+    size = B.itemsize
+    kc_max = max(1, min(KC, k))
     nc_step = max(NR, PANEL_BYTES // (size * kc_max) // NR * NR)
-    nc_max = min(nc_step, (N + NR - 1) // NR * NR)
-    bp = np.empty(kc_max * ((nc_max + NR - 1) // NR) * NR, C.dtype)
-    ap = np.empty(kc_max * MR, C.dtype)
-    tile = np.empty((MR, NR), C.dtype)
-    # Rows of unit stride are read in place (packing A cost a third of a 512x2048x128
-    # block's time on AVX-512); a transposed A, and the ragged last rows, are packed.
-    direct = A.strides[1] == size and A.strides[0] % size == 0
-    lda = A.strides[0] // size
-    for k0 in range(0, K, KC):
-        kc = min(KC, K - k0)
+    nc_max = min(nc_step, (n + NR - 1) // NR * NR)
+    bp = np.empty(kc_max * ((nc_max + NR - 1) // NR) * NR, B.dtype)
+    for k0 in range(0, max(k, 1), KC):       # k = 0, overwriting: one pass of zeros
+        kc = min(KC, k - k0)
         store = overwrite != 0 and k0 == 0
-        for j0 in range(0, N, nc_step):
-            nc = min(nc_step, N - j0)
-            strips = (nc + NR - 1) // NR
+        for j0 in range(0, n, nc_step):
+            nc = min(nc_step, n - j0)
             _pack_b(B, k0, kc, j0, nc, bp)
-            for i0 in range(0, M, MR):
-                mr = min(MR, M - i0)
-                in_place = direct and mr == MR
-                if not in_place:
-                    _pack_a(A, i0, mr, k0, kc, ap)
-                for t in range(strips):
+            for i0 in range(0, m, MR):
+                for t in range((nc + NR - 1) // NR):
                     jt = j0 + t * NR
-                    nr = min(NR, N - jt)
-                    whole = nr == NR and mr == MR
-                    if in_place and whole and store:
-                        _micro_tile_direct(A, i0 * lda + k0, lda, bp, t * kc * NR, kc, C, i0, jt)
-                    elif in_place and whole:
-                        _micro_add_direct(A, i0 * lda + k0, lda, bp, t * kc * NR, kc, C, i0, jt)
-                    elif in_place:
-                        _micro_tile_direct(A, i0 * lda + k0, lda, bp, t * kc * NR, kc, tile,
-                                           0, 0)
-                    elif whole and store:
-                        _micro_tile(ap, 0, 0, bp, t * kc * NR, kc, C, i0, jt)
-                    elif whole:
-                        _micro_add(ap, 0, 0, bp, t * kc * NR, kc, C, i0, jt)
-                    else:
-                        _micro_tile(ap, 0, 0, bp, t * kc * NR, kc, tile, 0, 0)
-                    if not whole:           # through the scratch tile
-                        for i in range(mr):
-                            for j in range(nr):
-                                if store:
-                                    C[i0 + i, jt + j] = tile[i, j]
-                                else:
-                                    C[i0 + i, jt + j] += tile[i, j]
+                    _micro_tile(a, i0 * sa0 + k0 * sa1, sa0, sa1, bp, t * kc * NR, kc,
+                                c, i0 * sc0 + jt * sc1, sc0, min(MR, m - i0), min(NR, n - jt),
+                                store)
