@@ -130,3 +130,50 @@ def test_a_fresh_process_loads_cached_kernels_that_call_the_driver(tmp_path):
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert runs[0]["misses"] >= 1 and runs[1]["misses"] == 0 and runs[1]["hits"] >= 1
     assert runs[0]["error"] < 1e-5 and runs[1]["error"] < 1e-5
+
+
+WARM_THEN_COMPILE = textwrap.dedent("""
+    import json, sys
+    import numpy as np, numba
+    import blockbuster as bb
+    from blockbuster_numba import backend
+    program = bb.fuse(bb.workload("layernorm_matmul", M=70, K=50, N=40)).program
+    compiled = backend.compile(program)
+    refreshed = "numba.np.npyimpl" in sys.modules      # imported by a context refresh
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((70, 50)) * 10 + 1e3          # row means 1e3
+    gamma, beta = rng.standard_normal(50), rng.standard_normal(50)
+    W = rng.standard_normal((50, 40))
+    mean = X.mean(axis=1, keepdims=True)
+    normed = (X - mean) / np.sqrt(((X - mean) ** 2).mean(axis=1, keepdims=True) + 1e-5)
+    want = (normed * gamma + beta) @ W
+    got = compiled(X=X, gamma=gamma, beta=beta, W=W)["Y"]
+
+    @numba.njit                   # compiled after the fast load: needs every registry
+    def later(a):
+        return np.tanh(a).sum() + np.exp(a).max()
+    a = np.linspace(-1, 1, 7)
+    print(json.dumps({"hits": compiled.cache_hits, "misses": compiled.cache_misses,
+                      "refreshed": refreshed,
+                      "error": float(np.abs(got - want).max() / np.abs(want).max()),
+                      "later": abs(later(a) - (np.tanh(a).sum() + np.exp(a).max()))}))
+""")
+
+
+def test_a_warm_start_loads_kernels_without_numbas_compiler_setup(tmp_path):
+    # The second process only loads: Numba's implementation registries (a context
+    # refresh, most of a warm start) are not set up, yet the kernels run right and a
+    # function compiled afterwards in the same process finds everything it needs.
+    env = dict(os.environ, BLOCKBUSTER_CACHE=str(tmp_path), BLOCKBUSTER_COMPILE_WORKERS="1")
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", WARM_THEN_COMPILE], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["misses"] >= 1 and cold["refreshed"]
+    assert warm["misses"] == 0 and warm["hits"] >= 1
+    assert not warm["refreshed"], "loading cached kernels set Numba's compiler up"
+    for run in runs:
+        assert run["error"] < 1e-5 and run["later"] < 1e-12

@@ -9,7 +9,7 @@ NumPy and Python versions. The kernels
 are ``@njit(cache=True)`` with explicit signatures, so importing the module compiles
 them, and Numba keeps their machine code in ``__pycache__`` beside the file (or under
 ``NUMBA_CACHE_DIR``): a second process importing the same file loads the machine code
-instead of compiling again. A new module's kernels are first compiled into that cache
+instead of compiling again, without setting Numba's compiler up (:mod:`.cache_loads`). A new module's kernels are first compiled into that cache
 on several processes at once when that pays (:mod:`.parallel_compile`; a
 ``.compiled`` marker beside the file says it has been done).
 The file is rewritten only when it does not hold its source (its timestamp is part of
@@ -45,6 +45,7 @@ from blockbuster.errors import BackendError
 import numba  # noqa: E402
 
 from . import kernel_numpy, runtime  # noqa: E402
+from .cache_loads import fast_cache_loads  # noqa: E402
 from .llvm_options import kernel_codegen  # noqa: E402
 from .parallel_compile import precompile  # noqa: E402
 from .codegen import generate_source  # noqa: E402
@@ -192,7 +193,7 @@ class CompiledModule:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            with kernel_codegen():
+            with kernel_codegen(), fast_cache_loads():
                 spec.loader.exec_module(module)   # compiles (or loads) every kernel
         except Exception as err:
             sys.modules.pop(name, None)

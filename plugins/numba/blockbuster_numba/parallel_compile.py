@@ -14,7 +14,7 @@ against the file's timestamp and the function's bytecode: all unchanged, so the
 entries are exactly the ones the real import looks for. A worker that fails costs
 nothing but time: the import compiles whatever is not cached.
 
-The runtime helpers the kernels call (the micro-kernel's driver above all, ~1.3 CPU s)
+The runtime helpers the kernels call (the micro-kernel's driver above all, ~0.8 CPU s)
 are compiled once: by this process, while the workers import Numba; a worker waits
 for that before it compiles, then loads them from the cache. That took 0.5-1.2 s off
 a cold one-layer Llama compile of 7-9.6 s (``benchmarks/bench_compile.py``, old and new
