@@ -96,14 +96,14 @@ def _element(dtype) -> tuple:
 
 def _micro(mr: int, nr: int, vw: int):
     """The micro-kernel intrinsic ``(a, aoff, ars, acs, bp, boff, kc, c, coff, crs, m,
-    n, store)``: the ``m x n`` corner of an ``mr x nr`` tile, ``C += A · B`` (or with
-    ``store`` non-zero ``C = A · B``).
+    n, store)``: the ``m x n`` corner of an ``mr x nr`` tile, ``C += A · B`` (with
+    ``store`` true, ``C = A · B``).
 
     * ``A``: element ``(i, k)`` at byte ``aoff + i*ars + k*acs`` of the pointer ``a``:
       any strides, read where it lies. A row-major block's ``mr`` rows are ``mr``
       sequential streams, each broadcast element loaded once, as from a packed strip;
       packing A cost a third of a 512x2048x128 block's time on AVX-512. Rows past
-      ``m`` read row 0 again (their sums are never stored).
+      ``m`` read row ``m - 1`` again (in bounds; their sums are never stored).
     * ``B``: ``bp[boff:]``, packed ``kc x nr`` (row-major, zero-padded past ``n``).
     * ``C``: the tile at byte ``coff`` of the pointer ``c``, rows ``crs`` bytes apart,
       unit column stride. Only rows ``< m`` and columns ``< n`` are read or written
