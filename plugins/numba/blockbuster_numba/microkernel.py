@@ -228,16 +228,20 @@ def _micro(mr: int, nr: int, vw: int):
                     out.add_incoming(n, latch)
                     outs.append(out)
                 align = ir.Constant(i32, size)
-                for n, row in enumerate(rows):
-                    row_ptr = builder.bitcast(c_rows[row], fty.as_pointer())
-                    for v in range(nv):
-                        ptr = builder.bitcast(builder.gep(row_ptr, [const(v * lanes)]),
-                                              vty.as_pointer())
-                        mask = row_masks[row][v]
-                        old = builder.call(masked_load, [ptr, align, mask, zero])
-                        out = builder.select(store_v, outs[n * nv + v],
-                                             builder.fadd(old, outs[n * nv + v]))
-                        builder.call(masked_store, [out, ptr, align, mask])
+                # Storing, C is not read (a load would cost its bandwidth even unused).
+                with builder.if_else(store_v) as (storing, adding):
+                    for add in (False, True):
+                        with (adding if add else storing):
+                            for n, row in enumerate(rows):
+                                row_ptr = builder.bitcast(c_rows[row], fty.as_pointer())
+                                for v in range(nv):
+                                    ptr = builder.bitcast(builder.gep(
+                                        row_ptr, [const(v * lanes)]), vty.as_pointer())
+                                    mask, out = row_masks[row][v], outs[n * nv + v]
+                                    if add:
+                                        out = builder.fadd(builder.call(
+                                            masked_load, [ptr, align, mask, zero]), out)
+                                    builder.call(masked_store, [out, ptr, align, mask])
             return context.get_dummy_value()
 
         return sig, codegen
