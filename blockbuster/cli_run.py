@@ -153,6 +153,24 @@ def check_outputs_path(path: str, inputs: str | None) -> None:
     check_output_path(path, flag="--save-outputs")
 
 
+def check_distinct_outputs(args: argparse.Namespace) -> None:
+    """Two output options naming one file would have the second refuse (or replace)
+    what the first wrote, after the work is done: refused before it starts."""
+    named = [(flag, path) for flag, path in (("--dot", args.dot),
+                                             ("--emit-source", args.emit_source),
+                                             ("--save-outputs", args.save_outputs))
+             if path not in (None, "-")]
+    seen: dict[str, str] = {}
+    for flag, path in named:
+        key = os.path.realpath(path)
+        if os.path.exists(key) and not os.path.isfile(key):
+            continue                    # /dev/null takes any number of writes
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {flag} both name {path}; choose a file "
+                             f"for each")
+        seen[key] = flag
+
+
 def save_outputs(path: str, outputs) -> None:
     """Write ``outputs`` (name -> array) to the new file ``path``; created exclusively,
     so a file that appeared since the check is not replaced either."""
@@ -174,6 +192,7 @@ DOT_PREFIX = "digraph blockbuster {"
 def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_report, run_workload
     # Everything that can be refused is refused before any work starts.
+    check_distinct_outputs(args)
     if args.dot:
         check_output_path(args.dot, flag="--dot", own_prefix=DOT_PREFIX)
     if args.emit_source not in (None, "-"):

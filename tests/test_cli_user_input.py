@@ -268,3 +268,19 @@ def test_show_fusion_flags_without_fused_are_refused(flags, capsys):
     err = _fails(["show", "attention", *flags], capsys)
     assert err == (f"error: {flags[0]}: only with --fused (the unfused program does not "
                    "depend on it; --block sets its blocks)\n")
+
+
+@pytest.mark.parametrize("first,second,name", [
+    ("--dot", "--save-outputs", "o.npz"), ("--emit-source", "--dot", "same.x"),
+    ("--dot", "--emit-source", "./same.x")])
+def test_two_outputs_naming_one_file_are_refused_before_any_work(first, second, name,
+                                                                 tmp_path, monkeypatch,
+                                                                 capsys):
+    # Before, the first output was written after fusion and the second then refused
+    # to replace it: exit 2 with one output half-written over the other's name.
+    monkeypatch.chdir(tmp_path)
+    err = _fails(["run", *SMALL, first, "same.x" if name == "./same.x" else name,
+                  second, name], capsys)
+    assert err.startswith("error: --") and " both name " in err and err.count("\n") == 1
+    assert first in err and second in err
+    assert list(tmp_path.iterdir()) == []
