@@ -21,7 +21,16 @@ class UsageError(BlockbusterError):
 
 
 class IRError(BlockbusterError):
-    """An ill-formed block program (raised by the verifier and the builders)."""
+    """An ill-formed block program (raised by the verifier and the builders).
+
+    ``kernel``, ``store`` (the store's position in the kernel) and ``array`` say what
+    the error is about, where the verifier knows it: the program parser turns them
+    into a ``FILE:LINE:COL`` of the text that declared it."""
+
+    def __init__(self, message: str, *, kernel: str | None = None,
+                 store: int | None = None, array: str | None = None):
+        super().__init__(message)
+        self.kernel, self.store, self.array = kernel, store, array
 
 
 class BackendError(BlockbusterError):
@@ -71,3 +80,8 @@ def _clip(line: str, col: int, width: int = 100) -> tuple[str, int]:
     if start + width < len(line):
         text += "..."
     return text, caret
+
+
+class ProgramSourceError(SourceError, IRError):
+    """An :class:`IRError` of a program read from text, located there
+    (``FILE:LINE:COL``): still an ``IRError`` for those who catch one."""

@@ -250,7 +250,7 @@ def test_a_block_index_past_its_dimension_is_refused(g, index, fragment, tmp_pat
     path = tmp_path / "shifted.bbp"
     path.write_text(SHIFTED.format(g=g, index=index))
     err = _fails(["show", str(path)], capsys)
-    assert err.startswith("error: kernel 'Y', store to Y: " + fragment), err
+    assert err.startswith(f"{path}:8:3: kernel 'Y', store to Y: " + fragment), err
 
 
 def test_indices_that_stay_in_range_are_accepted(tmp_path, capsys):
@@ -284,3 +284,25 @@ def test_two_outputs_naming_one_file_are_refused_before_any_work(first, second, 
     assert err.startswith("error: --") and " both name " in err and err.count("\n") == 1
     assert first in err and second in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("old,new,line,col,message", [
+    ("kernel Y for n in N:\n  Y[n] = exp(A[n])", "kernel Y for n in N:\n  Y[n] = rowsum(A[n])",
+     6, 3, "kernel 'Y', store to Y: rowsum: operand must be a 2-D block"),
+    ("input A[N]", "input A[N]\ninput A[N]", 4, 7, "array A is declared twice"),
+    ("dim N = 100 block 32", "dim N = 100 block 32\ndim N = 7 block 7", 3, 1,
+     "dimension N is declared twice"),
+    ("kernel Y for n in N:\n  Y[n] = exp(A[n])",
+     "kernel Y for n in N:\n  Y[n] = exp(A[n])\nkernel Y for n in N:\n  Y[n] = A[n]", 7, 8,
+     "kernel 'Y' is defined twice"),
+    ("  Y[n] = exp(A[n])", "  A[n] = exp(A[n])", 6, 3, "kernel 'Y' writes input array A"),
+])
+def test_an_ill_formed_program_file_is_located(old, new, line, col, message, tmp_path, capsys):
+    # The verifier's errors about a program read from a file point at the store, the
+    # kernel or the declaration they are about (before: `error: ...` with no place).
+    path = tmp_path / "p.bbp"
+    assert old in PROGRAM
+    path.write_text(PROGRAM.replace(old, new))
+    err = _fails(["run", str(path), "--backend", "reference"], capsys)
+    assert err.startswith(f"{path}:{line}:{col}: {message}"), err
+    assert len(err.splitlines()) == 3 and err.splitlines()[2].strip() == "^"

@@ -6,7 +6,7 @@ import math
 
 import lark
 
-from ..errors import SourceError
+from ..errors import IRError, ProgramSourceError, SourceError
 from . import expr as E
 from .depth import MAX_DEPTH, expr_depth
 from .grammar import error_at, parse
@@ -124,6 +124,10 @@ class _ProgramBuilder(TermBuilder):
         super().__init__(text, filename)
         self.lets: dict[str, E.Expr] = {}
         self._depths: dict = {}
+        # Where things are declared, for the verifier's errors: array name -> its
+        # declaration, kernel name -> (its header, its stores' nodes).
+        self.array_nodes: dict = {}
+        self.kernel_nodes: dict = {}
 
     def bounded(self, node, value: E.Expr) -> E.Expr:
         """``value``, unless let bindings chained it deeper than :data:`MAX_DEPTH`."""
@@ -131,6 +135,15 @@ class _ProgramBuilder(TermBuilder):
             raise self.error(node, f"expression nested deeper than {MAX_DEPTH} levels "
                                    "(through its let bindings)")
         return value
+
+    def where(self, err: IRError):
+        """The text node an :class:`IRError` of the verifier is about, if it says."""
+        if err.kernel in self.kernel_nodes:
+            header, stores = self.kernel_nodes[err.kernel]
+            if err.store is not None and err.store < len(stores):
+                return stores[err.store]
+            return header
+        return self.array_nodes.get(err.array)
 
     def resolve_ref(self, name, node):
         if name in self.lets:
@@ -141,6 +154,15 @@ class _ProgramBuilder(TermBuilder):
         name, *items = tree.children
         dims, arrays, inputs, outputs, kernels, weights = [], [], [], [], [], []
         for item in items:
+            if item.data in ("tiled_dim", "point_dim") and any(
+                    d.name == str(item.children[0]) for d in dims):
+                raise self.error(item, f"dimension {item.children[0]} is declared twice")
+            if item.data == "array_decl" and str(item.children[1]) in self.array_nodes:
+                raise self.error(item.children[1], f"array {item.children[1]} is declared "
+                                 "twice")
+            if item.data == "kernel" and str(item.children[0]) in self.kernel_nodes:
+                raise self.error(item.children[0], f"kernel '{item.children[0]}' is "
+                                 "defined twice")
             if item.data == "tiled_dim":
                 n, size, block = item.children
                 dims.append(self._dim(item, str(n), int(size), int(block), False))
@@ -149,6 +171,7 @@ class _ProgramBuilder(TermBuilder):
                 dims.append(self._dim(item, str(n), int(size), 1, True))
             elif item.data == "array_decl":
                 role, n, *dnames = item.children
+                self.array_nodes[str(n)] = n
                 arrays.append(GlobalArray(str(n), tuple(str(d) for d in dnames if d is not None)))
                 {"input": inputs, "weight": inputs, "output": outputs}.get(str(role), []).append(str(n))
                 if str(role) == "weight":
@@ -167,6 +190,7 @@ class _ProgramBuilder(TermBuilder):
         name, *rest = tree.children
         self.lets = {}
         loops, stores = [], []
+        self.kernel_nodes[str(name)] = (name, store_nodes := [])
         for item in rest:
             if item.data == "loop":
                 loops.append((str(item.children[0]), str(item.children[1])))
@@ -180,6 +204,7 @@ class _ProgramBuilder(TermBuilder):
                 index = tuple(None if _is_colon(sub.children[0]) else build_index(sub.children[0])
                               for sub in subs)
                 stores.append(Store(str(array), index, self.bounded(item, self.build(value))))
+                store_nodes.append(item)
         return Kernel(str(name), tuple(loops), tuple(stores))
 
 
@@ -190,5 +215,16 @@ def _is_colon(node) -> bool:
 def parse_program(text: str, filename: str = "<program>", check: bool = True) -> Program:
     """Parse a block program; verify it unless ``check`` is false."""
     tree = parse(text, "program", filename)
-    program = _ProgramBuilder(text, filename).program(tree)
-    return verify(program) if check else program
+    builder = _ProgramBuilder(text, filename)
+    program = builder.program(tree)
+    if not check:
+        return program
+    try:
+        return verify(program)
+    except IRError as err:
+        node = builder.where(err)
+        if node is None:
+            raise
+        located = builder.error(node, str(err))
+        raise ProgramSourceError(str(err), located.filename, located.line, located.column,
+                                 located.excerpt) from None

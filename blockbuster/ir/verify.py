@@ -76,14 +76,19 @@ def verify(program: Program, allow_shadowing: bool = False,
     (``verify_step``); the checks between kernels are still made."""
     dims = program.dim_map
     if len(dims) != len(program.dims):
-        raise IRError(f"program {program.name}: a dimension is declared twice")
+        seen: set[str] = set()
+        twice = next(d.name for d in program.dims if d.name in seen or seen.add(d.name))
+        raise IRError(f"program {program.name}: dimension {twice} is declared twice")
     arrays = program.array_map
     if len(arrays) != len(program.arrays):
-        raise IRError(f"program {program.name}: an array is declared twice")
+        seen = set()
+        twice = next(a.name for a in program.arrays if a.name in seen or seen.add(a.name))
+        raise IRError(f"program {program.name}: array {twice} is declared twice",
+                      array=twice)
     for arr in program.arrays:
         for d in arr.dims:
             if d not in dims:
-                raise IRError(f"array {arr.name}: unknown dimension '{d}'")
+                raise IRError(f"array {arr.name}: unknown dimension '{d}'", array=arr.name)
     for name in program.inputs + program.outputs:
         if name not in arrays:
             raise IRError(f"program {program.name}: '{name}' is listed as an input or "
@@ -103,28 +108,42 @@ def verify(program: Program, allow_shadowing: bool = False,
     inputs = set(program.inputs)
     for kernel in program.kernels:
         if kernel.name in kernel_names:
-            raise IRError(f"kernel '{kernel.name}' is defined twice")
+            raise IRError(f"kernel '{kernel.name}' is defined twice", kernel=kernel.name)
         kernel_names.add(kernel.name)
-        if any(a in arrays and a not in inputs and a not in written for a in kernel.reads()):
-            for array in sorted(kernel.reads()):      # the first in name order
-                if array in arrays and array not in inputs and array not in written:
-                    later = program.producer(array)
-                    reason = (f"is produced later, by kernel '{later.name}'" if later
-                              else "is never produced")
-                    raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
-        if kernel not in trusted:
-            _verified(kernel, program, allow_shadowing)
-        for store in kernel.stores:
-            if store.array in inputs:
-                raise IRError(f"kernel '{kernel.name}' writes input array {store.array}")
-            if store.array in written:
-                raise IRError(f"array {store.array} is written by both kernel "
-                              f"'{written[store.array]}' and kernel '{kernel.name}'")
-            written[store.array] = kernel.name
+        try:
+            _verify_in_program(kernel, program, arrays, inputs, written, trusted,
+                               allow_shadowing)
+        except IRError as err:
+            if err.kernel is None:
+                err.kernel = kernel.name
+            raise
     for name in program.outputs:
         if name not in written:
-            raise IRError(f"output {name} is never written by any kernel")
+            raise IRError(f"output {name} is never written by any kernel", array=name)
     return program
+
+
+def _verify_in_program(kernel: Kernel, program: Program, arrays, inputs, written,
+                       trusted, allow_shadowing: bool) -> None:
+    """``verify``'s checks of one kernel in its program (``written``: the arrays the
+    kernels before it store, updated)."""
+    if any(a in arrays and a not in inputs and a not in written for a in kernel.reads()):
+        for array in sorted(kernel.reads()):      # the first in name order
+            if array in arrays and array not in inputs and array not in written:
+                later = program.producer(array)
+                reason = (f"is produced later, by kernel '{later.name}'" if later
+                          else "is never produced")
+                raise IRError(f"kernel '{kernel.name}' reads {array}, which {reason}")
+    if kernel not in trusted:
+        _verified(kernel, program, allow_shadowing)
+    for i, store in enumerate(kernel.stores):
+        if store.array in inputs:
+            raise IRError(f"kernel '{kernel.name}' writes input array {store.array}",
+                          store=i)
+        if store.array in written:
+            raise IRError(f"array {store.array} is written by both kernel "
+                          f"'{written[store.array]}' and kernel '{kernel.name}'", store=i)
+        written[store.array] = kernel.name
 
 
 def _verified(kernel: Kernel, program: Program, allow_shadowing: bool) -> None:
@@ -195,42 +214,53 @@ def _verify_kernel(kernel: Kernel, program: Program, checker: TypeChecker,
         if var in scope:
             raise IRError(f"{where}: loop variable '{var}' is bound twice")
         scope[var] = (dim, None)
-    for store in kernel.stores:
-        swhere = f"{where}, store to {store.array}"
-        if store.array not in program.array_map:
-            raise IRError(f"{swhere}: unknown array '{store.array}'")
-        array = program.array(store.array)
-        if len(store.index) != len(array.dims):
-            raise IRError(f"{swhere}: array has rank {len(array.dims)} but the store has "
-                          f"{len(store.index)} subscripts")
-        if not allow_shadowing:
-            _check_no_shadowing(store.value, frozenset(scope), kernel.loop_vars, swhere)
-        value_type = checker.type_of(store.value, scope, swhere)
-        used = []
-        for ix, d in zip(store.index, array.dims):
-            if ix is None:
-                if not isinstance(value_type, ArrayType) or value_type.dim != d:
-                    raise IRError(f"{swhere}: ':' along {d} needs a map over {d}, "
-                                  f"got {value_type}")
-                value_type = value_type.elem
-                continue
-            if not isinstance(ix, IVar) or ix.name not in scope:
-                raise IRError(f"{swhere}: store subscripts must be the kernel's loop "
-                              f"variables, got '{ix}'")
-            if scope[ix.name][0] != d:
-                raise IRError(f"{swhere}: index '{ix.name}' runs over {scope[ix.name][0]} "
-                              f"but indexes dimension {d}")
-            used.append(ix.name)
-        missing = [v for v in kernel.loop_vars if v not in used]
-        if missing:
-            raise IRError(f"{swhere}: loop variable '{missing[0]}' is not a subscript, "
-                          "so every iteration would write the same block")
-        expected = checker.block_type_of_array(store.array)
-        if value_type != expected:
-            raise IRError(f"{swhere}: value has type {value_type} but the array's "
-                          f"blocks are {expected}")
-        check_block_ranges(store.value, tuple((v, d, None, None) for v, d in kernel.loops),
-                            program, swhere)
+    for i, store in enumerate(kernel.stores):
+        try:
+            _verify_store(kernel, store, program, checker, scope, allow_shadowing)
+        except IRError as err:
+            if err.store is None:
+                err.store = i
+            raise
+
+
+def _verify_store(kernel: Kernel, store, program: Program, checker: TypeChecker,
+                  scope, allow_shadowing: bool) -> None:
+    where = f"kernel '{kernel.name}'"
+    swhere = f"{where}, store to {store.array}"
+    if store.array not in program.array_map:
+        raise IRError(f"{swhere}: unknown array '{store.array}'")
+    array = program.array(store.array)
+    if len(store.index) != len(array.dims):
+        raise IRError(f"{swhere}: array has rank {len(array.dims)} but the store has "
+                      f"{len(store.index)} subscripts")
+    if not allow_shadowing:
+        _check_no_shadowing(store.value, frozenset(scope), kernel.loop_vars, swhere)
+    value_type = checker.type_of(store.value, scope, swhere)
+    used = []
+    for ix, d in zip(store.index, array.dims):
+        if ix is None:
+            if not isinstance(value_type, ArrayType) or value_type.dim != d:
+                raise IRError(f"{swhere}: ':' along {d} needs a map over {d}, "
+                              f"got {value_type}")
+            value_type = value_type.elem
+            continue
+        if not isinstance(ix, IVar) or ix.name not in scope:
+            raise IRError(f"{swhere}: store subscripts must be the kernel's loop "
+                          f"variables, got '{ix}'")
+        if scope[ix.name][0] != d:
+            raise IRError(f"{swhere}: index '{ix.name}' runs over {scope[ix.name][0]} "
+                          f"but indexes dimension {d}")
+        used.append(ix.name)
+    missing = [v for v in kernel.loop_vars if v not in used]
+    if missing:
+        raise IRError(f"{swhere}: loop variable '{missing[0]}' is not a subscript, "
+                      "so every iteration would write the same block")
+    expected = checker.block_type_of_array(store.array)
+    if value_type != expected:
+        raise IRError(f"{swhere}: value has type {value_type} but the array's "
+                      f"blocks are {expected}")
+    check_block_ranges(store.value, tuple((v, d, None, None) for v, d in kernel.loops),
+                        program, swhere)
 
 
 def _check_no_shadowing(value: Expr, enclosing: frozenset, loop_vars, where: str) -> None:
