@@ -34,9 +34,10 @@ def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int):
     ``sizes`` override dimension sizes (``N=200``), ``blocks`` block sizes. Without
     ``blocks``, :func:`compile` may choose other blocks for it (see there).
     """
-    from .frontend.workloads import workload as _workload
+    from .frontend.workloads import integer_sizes, workload as _workload
     from .tuning.targets import remember, workload_tunable
-    program = _workload(name, blocks=blocks, **sizes)
+    program = _workload(name, blocks=blocks, **sizes)     # checks them
+    sizes, blocks = integer_sizes(sizes), integer_sizes(blocks or {})
     return remember(program, workload_tunable(name, sizes, dict(blocks or {}), base=program))
 
 
@@ -62,6 +63,11 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
     """
     from .select.selection import fuse_program
     _check_program(program, "fuse")
+    if limits is not None:
+        from .rewrite.engine import Limits
+        if not isinstance(limits, Limits):
+            raise UsageError(f"limits: expected a blockbuster.Limits (Limits(max_steps=..., "
+                             f"max_seconds=...)), got {type(limits).__name__}")
     hardware = resolve_hardware(hardware)
     rules = _rule_set(rules)
     if verify_steps:
@@ -158,9 +164,13 @@ def compile(program, backend="reference", tune=None, **options):  # noqa: A001 -
     as they are.
     """
     _check_program(program, "compile")
+    from .backends.base import Backend
     if isinstance(backend, str):
         from .backends.registry import get_backend
         backend = get_backend(backend)
+    elif not isinstance(backend, Backend):
+        raise UsageError(f"compile: backend must be a backend's name (`python -m blockbuster "
+                         f"backends` lists them) or a Backend, got {type(backend).__name__}")
     from .tuning import resolve_mode
     mode = resolve_mode(tune, "model")
     if mode != "off":
@@ -191,6 +201,7 @@ class _CallableCostModule(_types.ModuleType):
         (``cost(program, hardware=None) -> Cost``) on ``hardware``: as for
         :func:`blockbuster.fuse`, a ``Hardware``, a backend, or None for
         ``DEFAULT_HARDWARE``."""
+        _check_program(program, "cost")
         return self.cost(program, resolve_hardware(hardware))
 
 
@@ -201,6 +212,9 @@ def parse_program(text: str, filename: str = "<program>", check: bool = True):
     """Parse the text form of a block program (``SourceError`` on bad syntax);
     verify it unless ``check`` is false."""
     from .ir.parser import parse_program as _parse
+    if not isinstance(text, str):
+        raise UsageError(f"parse_program: expected the program's text (a str; read a file "
+                         f"with pathlib.Path(...).read_text()), got {type(text).__name__}")
     return _parse(text, filename=filename, check=check)
 
 

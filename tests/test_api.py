@@ -79,3 +79,27 @@ def test_fuse_takes_rule_file_paths_and_refuses_what_is_not_a_program(tmp_path):
     for call in (bb.fuse, bb.compile):
         with pytest.raises(bb.UsageError, match="expected a block program"):
             call("attention")
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda p: bb.fuse(p, limits=5), "limits: expected a blockbuster.Limits"),
+    (lambda p: bb.compile(p, backend=3), "compile: backend must be a backend's name"),
+    (lambda p: bb.cost(None), "cost: expected a block program"),
+    (lambda p: bb.parse_program(3), "parse_program: expected the program's text"),
+    (lambda p: bb.workload("attention", blocks=[("N", 32)]), "blocks: expected a dict"),
+])
+def test_wrong_argument_types_are_usage_errors(call, fragment):
+    # Before: AttributeError / a message about a dimension named "('N', 32)".
+    program = bb.workload("attention", N=40, S=40, D=8)
+    with pytest.raises(bb.UsageError, match=fragment.replace("(", r"\(")):
+        call(program)
+
+
+def test_numpy_integer_sizes_are_sizes():
+    # Sizes computed with NumPy (np.int64) were refused as "not positive integers".
+    program = bb.workload("attention", N=np.int64(40), S=np.int32(30), D=8,
+                          blocks={"N": np.int64(16)})
+    assert (program.dim("N").size, program.dim("N").block, program.dim("S").size) == (40, 16, 30)
+    assert type(program.dim("N").size) is int
+    with pytest.raises(bb.UsageError, match="got np.True_|got True"):
+        bb.workload("attention", N=np.True_)

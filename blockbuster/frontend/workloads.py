@@ -9,6 +9,8 @@ Unknown names are a :class:`UsageError`.
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Mapping
 from typing import Callable
 
 import attrs
@@ -191,5 +193,16 @@ def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int) -> P
     w = WORKLOADS.get(name)
     if w is None:
         raise UsageError(f"unknown workload '{name}' (available: {', '.join(WORKLOADS)})")
-    full, full_blocks = _sizes(w, sizes, blocks or {})
+    if blocks is not None and not isinstance(blocks, Mapping):
+        raise UsageError(f"blocks: expected a dict of block sizes by dimension "
+                         f"(blocks={{'N': 64}}), got {type(blocks).__name__}")
+    full, full_blocks = _sizes(w, integer_sizes(sizes), integer_sizes(blocks or {}))
     return w.build(full, full_blocks)
+
+
+def integer_sizes(values: Mapping) -> dict:
+    """Sizes as Python ints where they are integers of another kind (``np.int64``,
+    what NumPy arithmetic on sizes gives); anything else is left for ``_sizes`` to
+    refuse."""
+    return {d: int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool)
+            else v for d, v in values.items()}
