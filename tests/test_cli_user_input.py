@@ -306,3 +306,12 @@ def test_an_ill_formed_program_file_is_located(old, new, line, col, message, tmp
     err = _fails(["run", str(path), "--backend", "reference"], capsys)
     assert err.startswith(f"{path}:{line}:{col}: {message}"), err
     assert len(err.splitlines()) == 3 and err.splitlines()[2].strip() == "^"
+
+
+def test_a_program_line_cut_short_points_at_its_end(tmp_path, capsys):
+    # `block` with no size: the error was at the next line's `input`.
+    path = tmp_path / "cut.bbp"
+    path.write_text(PROGRAM.replace("dim N = 100 block 32", "dim N = 100 block"))
+    err = _fails(["show", str(path)], capsys)
+    assert err.splitlines()[0] == (f"{path}:2:18: this line is incomplete after 'block' "
+                                   "(the next line begins a new 'input'), expected an integer")

@@ -15,7 +15,7 @@ _TOKEN_NAMES = {
     "NAME": "a name", "INT": "an integer", "SIGNED_NUMBER": "a number", "INF": "inf",
     "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "COMMA": "','",
     "COLON": "':'", "EQUAL": "'='", "DOT": "'.'", "PLUS": "'+'", "MINUS": "'-'",
-    "STAR": "'*'", "SLASH": "'/'", "__ANON_0": "'//'", "ROLE": "input/output/array",
+    "STAR": "'*'", "SLASH": "'/'", "ROLE": "input/output/array",
     "STRING": "a quoted string", "_NL": "a new line", "$END": "end of file",
     "LBRACE": "'{'", "RBRACE": "'}'", "ARROW": "'=>'", "MORETHAN": "'>'",
 }
@@ -31,9 +31,21 @@ def parser() -> lark.Lark:
                      propagate_positions=True, maybe_placeholders=True)
 
 
+def _describe_token(name: str) -> str:
+    if name in _TOKEN_NAMES:
+        return _TOKEN_NAMES[name]
+    if name.startswith("__ANON"):       # an unnamed literal: Lark numbers them in order
+        try:
+            pattern = parser().get_terminal(name).pattern
+        except KeyError:
+            pattern = None
+        if isinstance(pattern, lark.lexer.PatternStr):
+            return repr(pattern.value)
+    return name.lower().strip("_") if name.isupper() else repr(name)
+
+
 def _describe_expected(expected) -> str:
-    names = sorted({_TOKEN_NAMES.get(t, t.lower().strip("_") if t.isupper() else repr(t))
-                    for t in expected})
+    names = sorted({_describe_token(t) for t in expected})
     if len(names) > 6:
         names = names[:6] + ["..."]
     return ", ".join(names)
@@ -67,6 +79,38 @@ def _check_nesting(tree: lark.Tree, text: str, filename: str) -> None:
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
 
 
+#: Words that begin a line of a rule file or a program. Not reserved (a rule may have
+#: a pattern variable `rule`), so after an incomplete line (`rule r: mul(a, 1.0) =>`)
+#: the next line's first word is read as a name and the error comes one word later.
+_STATEMENT_WORDS = frozenset({"rule", "phase", "schedule", "include", "program", "dim",
+                              "input", "weight", "output", "array", "kernel", "let"})
+
+
+def _cut_short(text: str, pos: int, value: str,
+               expected: str) -> tuple[int, int, str] | None:
+    """For an unexpected statement word that begins its line, or an unexpected token
+    right after one, the place where the line before ends and a message saying that
+    line is incomplete."""
+    before = text[:pos].rstrip(" \t")
+    start = max(before.rfind("\n"), before.rfind("\r")) + 1
+    word = before[start:].strip()
+    if not word and value in _STATEMENT_WORDS:     # the token itself begins the line
+        word, wanted = value, f", expected {expected}"
+    elif word in _STATEMENT_WORDS:                 # read as a name: Lark's list is no help
+        wanted = ""
+    else:
+        return None
+    previous = text[:start].rstrip()
+    if not previous:
+        return None
+    line = previous.count("\n") + 1
+    last = previous.splitlines()[-1]
+    code = last.split("#", 1)[0].rstrip()
+    after = f" after {code.split()[-1]!r}" if code.split() else ""
+    return (line, len(code) + 1, f"this line is incomplete{after} (the next line begins "
+                                 f"a new '{word}'){wanted}")
+
+
 def _parse(text: str, start: str, filename: str) -> lark.Tree:
     try:
         return parser().parse(text, start=start)
@@ -83,6 +127,10 @@ def _parse(text: str, start: str, filename: str) -> lark.Tree:
             line, col = tok.line, tok.column
             message = (f"unexpected {tok.value!r}, expected "
                        f"{_describe_expected(err.expected)}")
+            cut = _cut_short(text, tok.start_pos, tok.value,
+                             _describe_expected(err.expected))
+            if cut is not None:
+                line, col, message = cut
         raise SourceError(message, filename, line, col, _line(text, line)) from None
     except lark.exceptions.UnexpectedEOF as err:
         lines = text.splitlines() or [""]
