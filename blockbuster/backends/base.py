@@ -165,6 +165,16 @@ class BoundProgram:
         return self.per_call({**given, **self.fixed})
 
 
+def as_dtype(dtype, backend: str) -> np.dtype:
+    """``np.dtype(dtype)``, or a one-line :class:`BackendError` naming the backend for
+    what NumPy cannot read as a dtype (``dtype=3``, ``dtype="f32"``)."""
+    try:
+        return np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise BackendError(f"{backend}: dtype must be a NumPy floating-point dtype "
+                           f"(np.float32, \"float64\"), got {dtype!r}") from None
+
+
 def _squeezed(shape) -> tuple:
     return tuple(s for s in shape if s != 1)
 

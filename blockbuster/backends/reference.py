@@ -27,7 +27,7 @@ from ..ir.ops import OPS
 from ..ir.printer import format_expr
 from ..ir.program import Kernel, Program, Store
 from ..ir.types import Dim
-from .base import Arrays, Backend, Runner
+from .base import Arrays, Backend, Runner, as_dtype
 
 NEG_INF = -math.inf
 
@@ -308,7 +308,7 @@ def run_program(program: Program, inputs: Arrays, dtype=np.float32) -> Arrays:
 
 
 def compile_program(program: Program, dtype=np.float32) -> Runner:
-    dtype = np.dtype(dtype)
+    dtype = as_dtype(dtype, "reference")
     if dtype.kind != "f":
         raise BackendError(f"reference: dtype must be a floating-point type, got {dtype}")
     return lambda inputs: run_program(program, inputs, dtype)

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from blockbuster.backends.base import as_dtype
 from blockbuster.errors import BackendError
 
 import numba  # noqa: E402
@@ -269,7 +270,7 @@ def compile_module(program, dtype=np.float32, *, threads: int,
     (the backend passes its ``Hardware.cores``). ``parallel``: True or False forces
     every kernel's outer loops to be a ``prange`` or a plain loop; None (the default)
     decides per kernel from its work."""
-    dtype = np.dtype(dtype)
+    dtype = as_dtype(dtype, "numba")
     if dtype not in (np.float32, np.float64):
         raise BackendError(f"numba: dtype must be float32 or float64, got {dtype}")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from blockbuster.backends.base import as_dtype
 from blockbuster.errors import BackendError
 
 from .codegen import generate_source
@@ -152,7 +153,7 @@ class CompiledModule:
 
 
 def compile_module(program, dtype=np.float32, cache_dir=None, **_ignored) -> CompiledModule:
-    dtype = np.dtype(dtype)
+    dtype = as_dtype(dtype, "triton")
     if dtype not in (np.float32, np.float64):
         raise BackendError(f"triton: dtype must be float32 or float64, got {dtype}")
     return CompiledModule(program, dtype, None if cache_dir is None else Path(cache_dir))
