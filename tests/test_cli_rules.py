@@ -102,3 +102,15 @@ def test_rules_check_still_checks_every_rule_of_a_file(tmp_path, capsys):
     assert cli.main(["rules", "check", path]) == 1
     out = capsys.readouterr().out
     assert "bad: UNSOUND" in out and "good: ok" in out and out.endswith("2 ok, 1 unsound, 0 unstable\n")
+
+
+def test_the_readme_rule_set_path_works_outside_a_checkout(tmp_path, monkeypatch, capsys):
+    # `python -m blockbuster rules list rulesets/default.bbr` as the README writes it,
+    # run where there is no rulesets/ folder (an installed package): the shipped set.
+    from blockbuster import cli
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["rules", "list", "rulesets/default.bbr"]) == 0
+    assert "inline_intermediate" in capsys.readouterr().out
+    assert cli.main(["rules", "list", "nothere/default.bbr"]) == 2
+    assert "no such rule file (the shipped rule sets, found by name: default.bbr" in \
+        capsys.readouterr().err

@@ -168,7 +168,14 @@ class RuleFileLoader:
         if path.is_dir():
             raise SourceError("a directory, not a rule file", display)
         if not path.is_file():
-            raise SourceError("no such rule file", display)
+            shipped = shipped_rulesets_dir() / path.name
+            if path.parent in (Path("."), Path("rulesets")) and shipped.is_file():
+                # `rules check rulesets/default.bbr` (as the README writes it) outside a
+                # checkout: the shipped rule set, as `include "default.bbr"` finds it.
+                return self.load_file(shipped)
+            names = ", ".join(sorted(p.name for p in shipped_rulesets_dir().glob("*.bbr")))
+            raise SourceError(f"no such rule file (the shipped rule sets, found by name: "
+                              f"{names})", display)
         text = read_text(path)
         self.files.append(display)
         self.load_text(text, display, base=path.parent)
