@@ -139,6 +139,8 @@ def run_workload(target, sizes: dict[str, int] | None = None,
             "baseline_rel_error": (None if validation.baseline_error is None
                                    else _finite_or_none(validation.baseline_error)),
             "passed": bool(validation.passed),
+            "non_finite_values": validation.non_finite,
+            "output_values": validation.values,
         },
         "timings": timings,
         "fused_program": format_program(fused),
@@ -260,6 +262,11 @@ def format_report(r: dict[str, Any]) -> str:
     lines.append(f"validation      {verdict}: max abs error {_error(v['max_abs_error'])}, "
                  f"max rel error {_error(v['max_rel_error'])} "
                  f"(tolerance {v['tolerance']:g}{_baseline_text(v)}, seed {r['seed']})")
+    if v.get("non_finite_values"):
+        n = v["non_finite_values"]
+        lines.append(f"  non-finite    {n} of {v['output_values']} output values NaN or inf in the "
+                     "float64 oracle too (matched, not measured: the inputs hold NaN or inf, "
+                     "or the math overflows)")
     t = r["timings"]
     lines.append("timings         " + ", ".join(f"{k} {t[k]:.3f} s" for k in t))
     return "\n".join(lines)

@@ -49,6 +49,10 @@ class Validation:
     passed: bool
     # The unfused float32 baseline's own error, where the tolerance came from it.
     baseline_error: float | None = None
+    # Output values the oracle itself has as NaN or ±inf (matched, not measured), and
+    # all output values: the errors above are over the others only.
+    non_finite: int = 0
+    values: int = 0
 
     def as_dict(self) -> dict:
         return attrs.asdict(self)
@@ -63,6 +67,7 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
     where it is infinite; anywhere else a non-finite output fails."""
     max_abs = max_rel = 0.0
     finite = True
+    non_finite = values = 0
     for name, ref in reference.items():
         out = np.asarray(outputs[name], dtype=np.float64)
         ref = np.asarray(ref, dtype=np.float64)
@@ -71,6 +76,8 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
             max_abs = max_rel = float("inf")
             continue
         ok = np.isfinite(ref)
+        values += ok.size
+        non_finite += int(ok.size - np.count_nonzero(ok))
         if not np.all(np.isfinite(out[ok])) or not _same_non_finite(out[~ok], ref[~ok]):
             finite = False
             max_abs = max_rel = float("inf")
@@ -79,7 +86,8 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
         scale = float(np.max(np.abs(ref[ok]))) if ok.any() else 0.0
         max_abs = max(max_abs, err)
         max_rel = max(max_rel, err / scale if scale > 0 else err)
-    return Validation(max_abs, max_rel, tolerance, finite and max_rel <= tolerance)
+    return Validation(max_abs, max_rel, tolerance, finite and max_rel <= tolerance,
+                      non_finite=non_finite, values=values)
 
 
 def _same_non_finite(out: np.ndarray, ref: np.ndarray) -> bool:

@@ -315,3 +315,16 @@ def test_a_program_line_cut_short_points_at_its_end(tmp_path, capsys):
     err = _fails(["show", str(path)], capsys)
     assert err.splitlines()[0] == (f"{path}:2:18: this line is incomplete after 'block' "
                                    "(the next line begins a new 'input'), expected an integer")
+
+
+def test_outputs_that_are_nan_in_the_oracle_too_are_counted(tmp_path, capsys):
+    # NaN inputs: every output is NaN in the fused program and the oracle alike; the
+    # report said only "passed: max abs error 0.00e+00".
+    (tmp_path / "p.bbp").write_text(PROGRAM)
+    a = np.ones(100, np.float32)
+    a[[3, 70]] = np.nan
+    np.savez(tmp_path / "in.npz", A=a)
+    assert cli.main(["run", str(tmp_path / "p.bbp"), "--backend", "reference", "--inputs",
+                     str(tmp_path / "in.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "  non-finite    2 of 100 output values NaN or inf in the float64 oracle too" in out
