@@ -328,3 +328,24 @@ def test_outputs_that_are_nan_in_the_oracle_too_are_counted(tmp_path, capsys):
                      str(tmp_path / "in.npz")]) == 0
     out = capsys.readouterr().out
     assert "  non-finite    2 of 100 output values NaN or inf in the float64 oracle too" in out
+
+
+def test_a_byte_order_mark_is_not_an_error(tmp_path, capsys):
+    # Files saved by some Windows editors start with a UTF-8 BOM: it was
+    # "unexpected character '\ufeff'" at 1:1.
+    import blockbuster as bb
+    path = tmp_path / "p.bbp"
+    path.write_bytes(b"\xef\xbb\xbf" + PROGRAM.encode())
+    assert cli.main(["show", str(path)]) == 0
+    rules = tmp_path / "r.bbr"
+    rules.write_bytes(b"\xef\xbb\xbfrule mul_one: mul(a, 1.0) => a\n")
+    assert cli.main(["rules", "list", str(rules)]) == 0
+    assert f"{rules}:1:6: mul_one" in capsys.readouterr().out
+    assert bb.parse_program("\ufeff" + PROGRAM).name == "p"
+
+
+def test_include_of_an_empty_name_says_so(tmp_path, capsys):
+    rules = tmp_path / "r.bbr"
+    rules.write_text('include ""\nrule r: mul(a, 1.0) => a\n')
+    err = _fails(["rules", "list", str(rules)], capsys)
+    assert err.startswith(f"{rules}:1:9: include names no file")

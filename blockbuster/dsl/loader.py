@@ -37,7 +37,8 @@ def read_text(path: Path, where: SourceError | None = None) -> str:
     if b"\0" in data:
         raise SourceError("not a text file (it contains NUL bytes)", str(path), 1, 1)
     try:
-        return data.decode("utf-8")
+        # A byte-order mark (what some Windows editors write first) is not text.
+        return data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise SourceError(f"not a text file (invalid UTF-8 at byte {err.start})",
@@ -190,6 +191,8 @@ class RuleFileLoader:
     def _include(self, item, text, filename, base):
         # Relative to the including file first, then the shipped rule sets.
         raw = str(item.children[0])[1:-1]
+        if not raw.strip():
+            raise error_at(item.children[0], "include names no file", text, filename)
         local = (base or Path.cwd()) / raw
         if local.is_file():
             return self.load_file(local, str(Path(filename).parent / raw))

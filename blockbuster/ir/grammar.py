@@ -63,6 +63,8 @@ MAX_NESTING = 100
 
 
 def parse(text: str, start: str, filename: str) -> lark.Tree:
+    if text.startswith("\ufeff"):        # a byte-order mark: blank (columns stay put)
+        text = " " + text[1:]
     tree = _parse(text, start, filename)
     _check_nesting(tree, text, filename)
     return tree
@@ -100,12 +102,13 @@ def _cut_short(text: str, pos: int, value: str,
         wanted = ""
     else:
         return None
-    previous = text[:start].rstrip()
-    if not previous:
+    lines = text[:start].splitlines()
+    while lines and not lines[-1].split("#", 1)[0].strip():   # blank or comment only
+        lines.pop()
+    if not lines:
         return None
-    line = previous.count("\n") + 1
-    last = previous.splitlines()[-1]
-    code = last.split("#", 1)[0].rstrip()
+    line = len(lines)
+    code = lines[-1].split("#", 1)[0].rstrip()
     after = f" after {code.split()[-1]!r}" if code.split() else ""
     return (line, len(code) + 1, f"this line is incomplete{after} (the next line begins "
                                  f"a new '{word}'){wanted}")
