@@ -16,6 +16,9 @@ of this, :mod:`blockbuster.frontend.tensors`, is the PyTorch importer's too.
 
 from __future__ import annotations
 
+import numbers
+import re
+
 from ..errors import IRError, UsageError
 from ..ir.program import Kernel, Program
 from ..ir.types import Dim, GlobalArray
@@ -52,12 +55,31 @@ class _NamedDims:
         pass
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _identifier(kind: str, name) -> str:
+    """``name``, if the text form can write it (what ``NAME`` of the grammar reads:
+    the program must round-trip through ``format_program``/``parse_program``)."""
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or name == "inf":
+        raise UsageError(f"{kind} name {name!r}: a name is letters, digits and '_', not "
+                         f"starting with a digit (and not 'inf')")
+    return name
+
+
+def _integer(value):
+    """A size as a Python int where it is an integer of another kind (``np.int64``)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
 class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
     """Writes an unfused block program: declare dimensions and inputs, apply
     operators (one kernel each; the operators live in the mixins), then :meth:`build`."""
 
     def __init__(self, name: str):
-        self.name = name
+        self.name = _identifier("program", name)
         self.dims: dict[str, Dim] = {}
         self.inputs: list[Tensor] = []
         self.weights: list[str] = []
@@ -70,6 +92,7 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
 
     # -- declarations ----------------------------------------------------------
     def dim(self, name: str, size: int, block: int | None = None) -> str:
+        name, size, block = self._new_dim(name), _integer(size), _integer(block)
         if not isinstance(size, int) or size < 1:
             raise UsageError(f"dimension {name}: size must be a positive integer, got {size!r}")
         if block is None:
@@ -81,6 +104,7 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
         return name
 
     def input(self, name: str, *dims: str) -> Tensor:
+        name = self._new_name(_identifier("array", name))
         for d in dims:
             if d not in self.dims:
                 raise IRError(f"input {name}: unknown dimension '{d}'")
@@ -97,6 +121,7 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
 
     def point_dim(self, name: str, size: int) -> str:
         """A dimension iterated one index at a time (heads): absent from block types."""
+        name, size = self._new_dim(name), _integer(size)
         if not isinstance(size, int) or size < 1:
             raise UsageError(f"dimension {name}: size must be a positive integer, got {size!r}")
         self.dims[name] = Dim(name, size, 1, point=True)
@@ -138,13 +163,27 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
         self._registered = len(made)
         return self.arrays[v.array]
 
+    def _new_dim(self, name: str) -> str:
+        name = _identifier("dimension", name)
+        if name in self.dims:
+            raise IRError(f"dimension {name} is declared twice")
+        return name
+
     def _new_name(self, name: str | None) -> str | None:
+        if name is not None:
+            _identifier("array", name)
         if name is not None and name in self.arrays:
             raise IRError(f"array {name} is defined twice")
         return name
     # -- result ----------------------------------------------------------------
     def build(self, *outputs: Tensor) -> Program:
         """The program computing ``outputs`` (a view becomes a copy kernel's array)."""
+        for t in outputs:
+            if not isinstance(t, Tensor):
+                raise UsageError(f"build: outputs are tensors of this builder, got {t!r}")
+            if t.view is None and any(t.name == i.name for i in self.inputs):
+                raise IRError(f"build: {t.name} is an input; an output is computed by "
+                              f"an operator")
         outputs = tuple(self.copy(t) if isinstance(t, Tensor) and t.view is not None
                         else t for t in outputs)
         out_names = tuple(t.name for t in outputs)

@@ -21,8 +21,8 @@ class ReductionOps:
         ``aᵀ``, ``bᵀ``), a sum over blocks of the contracted dimension. Leading
         (batch) dimensions broadcast: those of the operand with fewer must end the
         other's (``X[B, T, E] @ W[E, F]`` is ``[B, T, F]``)."""
-        what = f"matmul {a.name} x {b.name}"
         va, vb = self._value(a), self._value(b)
+        what = f"matmul {a.name} x {b.name}"
         if len(a.dims) < 2 or len(b.dims) < 2:
             raise IRError(f"{what}: both operands need two dimensions, got "
                           f"{list(a.dims)} and {list(b.dims)}")

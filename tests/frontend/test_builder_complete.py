@@ -369,3 +369,37 @@ def test_a_slice_must_be_whole_blocks_and_along_must_be_known():
     with pytest.raises(UsageError) as err:
         g.concat([x, g.slice(x, "E", 0, 16, dim="E0")], "EE")
     _one_line(err, "X")
+
+
+def test_builder_refuses_what_the_text_form_cannot_write():
+    # Names the grammar cannot read made programs that did not round-trip; a second
+    # dim() silently replaced the first; non-tensors failed with AttributeError.
+    import numpy as np
+    import pytest
+
+    import blockbuster as bb
+    from blockbuster.frontend.builder import GraphBuilder
+    with pytest.raises(bb.UsageError, match="program name 'my prog'"):
+        GraphBuilder("my prog")
+    g = GraphBuilder("g")
+    for bad in ("1M", "inf", "a-b", 3):
+        with pytest.raises(bb.UsageError, match="a name is letters"):
+            g.dim(bad, 10, 2)
+    g.dim("M", np.int64(70), np.int32(32))       # NumPy integers are sizes
+    g.dim("D", 40, 16)
+    with pytest.raises(bb.IRError, match="dimension M is declared twice"):
+        g.dim("M", 5, 5)
+    x = g.input("X", "M", "D")
+    with pytest.raises(bb.IRError, match="array X is defined twice"):
+        g.input("X", "M", "D")
+    with pytest.raises(bb.UsageError, match="expected a tensor, got 3"):
+        g.matmul(x, 3)
+    with pytest.raises(bb.UsageError, match="build: outputs are tensors"):
+        g.build(3)
+    with pytest.raises(bb.IRError, match="X is an input"):
+        g.build(x)
+    with pytest.raises(bb.UsageError, match="array name 'Y 2'"):
+        g.exp(x, name="Y 2")
+    program = g.build(g.exp(x, name="Y"))
+    assert program.dim("M").size == 70 and type(program.dim("M").size) is int
+    assert bb.parse_program(bb.format_program(program)) == program
