@@ -103,3 +103,15 @@ def test_numpy_integer_sizes_are_sizes():
     assert type(program.dim("N").size) is int
     with pytest.raises(bb.UsageError, match="got np.True_|got True"):
         bb.workload("attention", N=np.True_)
+
+
+@pytest.mark.parametrize("args,fragment", [
+    ((), "no rule files given"), ((3,), "got 3"), ((None,), "got None"),
+    ((["a.bbr"],), "several files are separate arguments"), (("",), "got ''"),
+    (("rule r: mul(a, 1.0) => a",), "this looks like rule text"),
+])
+def test_load_rules_refuses_what_is_not_a_rule_file_path(args, fragment):
+    # Before: TypeError from pathlib, an empty RuleSet for no arguments, and
+    # ".: a directory, not a rule file" for "".
+    with pytest.raises(bb.UsageError, match=fragment.replace("(", r"\(")):
+        bb.load_rules(*args)

@@ -12,10 +12,11 @@ missing included file, a file that is not text, terms nested too deeply.
 from __future__ import annotations
 
 import warnings
+import os
 from importlib import resources
 from pathlib import Path
 
-from ..errors import SourceError
+from ..errors import SourceError, UsageError
 from ..ir import expr as E
 from ..ir.combiners import COMBINERS
 from ..ir.grammar import error_at, parse
@@ -342,6 +343,19 @@ class RuleFileLoader:
 
 def load_rules(*paths) -> RuleSet:
     """Load and check rule files (later files may refer to earlier files' rules)."""
+    if not paths:
+        raise UsageError("load_rules: no rule files given (the default rules: "
+                         "blockbuster.fuse(program) without rules=)")
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)) or not str(p).strip():
+            hint = (" (several files are separate arguments: load_rules(*paths))"
+                    if isinstance(p, (list, tuple)) else "")
+            raise UsageError(f"load_rules: expected a rule file path (str or pathlib.Path), "
+                             f"got {p!r}{hint}")
+        if isinstance(p, str) and ("=>" in p or "\n" in p) and not Path(p).exists():
+            raise UsageError("load_rules: takes rule file paths, and this looks like rule "
+                             "text (load_rules_text(text) in blockbuster.dsl.loader reads "
+                             "text)")
     loader = RuleFileLoader()
     for p in paths:
         loader.load_file(Path(p))
