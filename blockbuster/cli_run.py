@@ -189,6 +189,9 @@ def save_outputs(path: str, outputs) -> None:
 DOT_PREFIX = "digraph blockbuster {"
 
 
+_NO_SOURCE = "--emit-source: this backend does not generate source (try --backend numba)"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_report, run_workload
     # Everything that can be refused is refused before any work starts.
@@ -205,6 +208,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     tune = resolve_mode(args.tune, "measure")   # a bad $BLOCKBUSTER_TUNE fails now
     rules, limits = load_rule_args(args)
     backend = chosen_backend(args)      # a typo fails before any work is done
+    if args.emit_source is not None and backend.generates_source is False:
+        raise UsageError(_NO_SOURCE)
     if args.rules and not args.trust_rules:
         verdict = check_user_rules(rules, backend.hardware, as_json=args.json)
         if verdict is not None:
@@ -230,8 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return
         source = getattr(compiled, "source", None)
         if source is None:
-            raise UsageError("--emit-source: this backend does not generate source "
-                             "(try --backend numba)")
+            raise UsageError(_NO_SOURCE)
         if args.emit_source == "-" and args.json:
             extra["source"] = source
         elif args.emit_source == "-":

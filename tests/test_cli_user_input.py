@@ -349,3 +349,13 @@ def test_include_of_an_empty_name_says_so(tmp_path, capsys):
     rules.write_text('include ""\nrule r: mul(a, 1.0) => a\n')
     err = _fails(["rules", "list", str(rules)], capsys)
     assert err.startswith(f"{rules}:1:9: include names no file")
+
+
+def test_emit_source_on_a_backend_without_source_is_refused_before_any_work(tmp_path,
+                                                                            monkeypatch,
+                                                                            capsys):
+    # Before: fusion, tuning and --dot ran first, then the refusal (the .dot was left).
+    monkeypatch.chdir(tmp_path)
+    err = _fails(["run", *SMALL, "--emit-source", "k.py", "--dot", "a.dot"], capsys)
+    assert err == "error: --emit-source: this backend does not generate source (try --backend numba)\n"
+    assert list(tmp_path.iterdir()) == []

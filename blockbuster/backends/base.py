@@ -200,7 +200,9 @@ class Backend:
     this backend has a lowering for, read from the backend's own lowering table; the
     conformance suite requires all of them. A backend whose run times say nothing
     about ``hardware`` (an emulator of it) defines ``timings_meaningful = False``:
-    measured block tuning then ranks by the cost model alone.
+    measured block tuning then ranks by the cost model alone. ``generates_source``:
+    False for a backend that runs programs without generating source (an
+    interpreter), so that ``run --emit-source`` is refused before any work.
     """
 
     name: str
@@ -209,6 +211,9 @@ class Backend:
     hardware: Hardware = attrs.field(validator=attrs.validators.instance_of(Hardware))
     lowered_ops: frozenset = frozenset()
     lowered_combiners: frozenset = frozenset()
+    #: Whether compiled programs carry the ``source`` they were generated from (None:
+    #: not said; ``run --emit-source`` then finds out after compiling).
+    generates_source: bool | None = None
 
     def compile(self, program: Program, **options) -> CompiledProgram:
         start = time.perf_counter()

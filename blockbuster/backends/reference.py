@@ -325,4 +325,5 @@ backend = Backend(
     lowered_ops=frozenset(n for n, s in OPS.items() if s.reference) | _STRUCTURAL,
     lowered_combiners=frozenset(n[len("_combine_"):] for n in vars(Evaluator)
                                 if n.startswith("_combine_")),
+    generates_source=False,
 )
