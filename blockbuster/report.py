@@ -213,7 +213,8 @@ def _tuning_text(t: dict | None) -> str:
     chosen = " ".join(f"{d}={n}" for d, n in sorted(t["blocks"].items()))
     source = t["source"]
     if source == "fixed":
-        return "as stated by the program (not tuned)"
+        return ("as stated by the program" + (f", given {given}" if given else "")
+                + " (not tuned)")
     if source == "given":
         return f"as given ({given}; the others default, not tuned)"
     if source == "off":

@@ -359,3 +359,11 @@ def test_emit_source_on_a_backend_without_source_is_refused_before_any_work(tmp_
     err = _fails(["run", *SMALL, "--emit-source", "k.py", "--dot", "a.dot"], capsys)
     assert err == "error: --emit-source: this backend does not generate source (try --backend numba)\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_program_files_given_blocks_are_reported(tmp_path, capsys):
+    (tmp_path / "p.bbp").write_text(PROGRAM)
+    assert cli.main(["run", str(tmp_path / "p.bbp"), "--backend", "reference",
+                     "--block", "N=8"]) == 0
+    assert "blocks          as stated by the program, given N=8 (not tuned)" in \
+        capsys.readouterr().out
