@@ -61,7 +61,11 @@ class SourceError(BlockbusterError):
         """The headline, the offending line and a caret under the column."""
         out = [self.headline()]
         if self.excerpt is not None and self.line:
-            text, caret = _clip(self.excerpt.rstrip("\n"), max(self.column - 1, 0))
+            line = self.excerpt.rstrip("\r\n")
+            col = max(self.column - 1, 0)
+            # Tabs as spaces, so that the caret sits under the column on any terminal.
+            col = len(line[:col].expandtabs(8))
+            text, caret = _clip(line.expandtabs(8), col)
             out.append("    " + text)
             out.append("    " + " " * caret + "^")
         return "\n".join(out)

@@ -367,3 +367,21 @@ def test_a_program_files_given_blocks_are_reported(tmp_path, capsys):
                      "--block", "N=8"]) == 0
     assert "blocks          as stated by the program, given N=8 (not tuned)" in \
         capsys.readouterr().out
+
+
+def test_carets_line_up_after_tabs_and_old_mac_line_ends(tmp_path, capsys):
+    # A tab before the error put the caret columns short of it; a file with lone CR
+    # line ends was one line to Lark (1:34) but several to the excerpt.
+    tab = tmp_path / "tab.bbr"
+    tab.write_text("rule r:\tmull(a, 1.0) => a\n")
+    err = _fails(["rules", "list", str(tab)], capsys).splitlines()
+    assert err[0] == f"{tab}:1:9: unknown operator 'mull'"
+    assert err[1] == "    rule r: mull(a, 1.0) => a" and err[2] == "            ^"
+    cr = tmp_path / "cr.bbr"
+    cr.write_bytes(b"rule r: mul(a, 1.0) => a\rrule s: mull(a, 1.0) => a\r")
+    err = _fails(["rules", "list", str(cr)], capsys).splitlines()
+    assert err == [f"{cr}:2:9: unknown operator 'mull'", "    rule s: mull(a, 1.0) => a",
+                   "            ^"]
+    program = tmp_path / "p.bbp"
+    program.write_bytes(PROGRAM.replace("\n", "\r").encode())
+    assert cli.main(["show", str(program)]) == 0

@@ -65,6 +65,8 @@ MAX_NESTING = 100
 def parse(text: str, start: str, filename: str) -> lark.Tree:
     if text.startswith("\ufeff"):        # a byte-order mark: blank (columns stay put)
         text = " " + text[1:]
+    if "\r" in text:       # Windows and old Mac line ends: lines as splitlines() counts them
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     tree = _parse(text, start, filename)
     _check_nesting(tree, text, filename)
     return tree
