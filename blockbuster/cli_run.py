@@ -196,6 +196,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_report, run_workload
     # Everything that can be refused is refused before any work starts.
     check_distinct_outputs(args)
+    if args.trust_rules and not args.rules:
+        raise UsageError("--trust-rules: only with --rules FILE (it skips the check of "
+                         "your rules; the shipped rules need none)")
     if args.dot:
         check_output_path(args.dot, flag="--dot", own_prefix=DOT_PREFIX)
     if args.emit_source not in (None, "-"):

@@ -197,6 +197,8 @@ def test_outputs_may_go_to_dev_null(capsys):
      "(usage: blockbuster rules check --help)"),
     (["run", "attention", "--tune", "bogus"], "error: argument --tune: invalid choice: 'bogus' "
      "(choose from 'measure', 'model', 'off') (usage: blockbuster run --help)"),
+    (["run", "attention", "--trust-rules"], "error: --trust-rules: only with --rules FILE "
+     "(it skips the check of your rules; the shipped rules need none)"),
 ])
 def test_bad_usage_is_one_line_too(argv, line, capsys):
     with pytest.raises(SystemExit) as info:
