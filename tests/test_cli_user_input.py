@@ -197,8 +197,6 @@ def test_outputs_may_go_to_dev_null(capsys):
      "(usage: blockbuster rules check --help)"),
     (["run", "attention", "--tune", "bogus"], "error: argument --tune: invalid choice: 'bogus' "
      "(choose from 'measure', 'model', 'off') (usage: blockbuster run --help)"),
-    (["run", "attention", "--trust-rules"], "error: --trust-rules: only with --rules FILE "
-     "(it skips the check of your rules; the shipped rules need none)"),
 ])
 def test_bad_usage_is_one_line_too(argv, line, capsys):
     with pytest.raises(SystemExit) as info:
@@ -387,3 +385,9 @@ def test_carets_line_up_after_tabs_and_old_mac_line_ends(tmp_path, capsys):
     program = tmp_path / "p.bbp"
     program.write_bytes(PROGRAM.replace("\n", "\r").encode())
     assert cli.main(["show", str(program)]) == 0
+
+
+def test_trust_rules_without_rules_is_refused(capsys):
+    err = _fails(["run", *SMALL, "--trust-rules"], capsys)
+    assert err == ("error: --trust-rules: only with --rules FILE (it skips the check of your "
+                   "rules; the shipped rules need none)\n")
