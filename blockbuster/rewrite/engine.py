@@ -72,8 +72,8 @@ class Budget:
 
 STOP_MESSAGES = {
     "saturated": "no rule applies any more",
-    "step_limit": "stopped after the maximum number of rule applications; the rule set "
-                  "may not terminate on its own",
+    "step_limit": "stopped at the step limit (--max-steps, Limits.max_steps): where "
+                  "that limit is not set low, the rule set may not terminate on its own",
     "node_limit": "stopped because the next step would grow the program past the node "
                   "limit",
     "depth_limit": "stopped because the next step would nest an expression deeper than "
