@@ -158,6 +158,7 @@ class RuleFileLoader:
         self._loaded: set[Path] = set()
         self._phase_refs: list[tuple] = []     # guards naming a phase, checked at the end
         self._rule_toks: dict[str, tuple] = {}  # rule -> (name token, text, file), for errors
+        self._schedules: dict[str, int] = {}    # file -> the line of its schedule
 
     # -- files -----------------------------------------------------------------
     def load_file(self, path: Path, display: str | None = None) -> None:
@@ -308,7 +309,12 @@ class RuleFileLoader:
         name_tok, *rule_toks = item.children
         if any(p.name == str(name_tok) for p in self.phases):
             raise error_at(name_tok, f"duplicate phase name '{name_tok}'", text, filename)
+        seen: set[str] = set()
         for tok in rule_toks:
+            if str(tok) in seen:
+                raise error_at(tok, f"phase '{name_tok}' names rule '{tok}' twice", text,
+                               filename)
+            seen.add(str(tok))
             if str(tok) not in self.rules:
                 raise error_at(tok, f"phase '{name_tok}' names unknown rule '{tok}'",
                                text, filename)
@@ -316,6 +322,11 @@ class RuleFileLoader:
                                  SourceLoc(filename, name_tok.line, name_tok.column)))
 
     def _schedule(self, item, text, filename, base):
+        first = self._schedules.get(filename)
+        if first is not None:        # an included file's schedule is replaced, not this
+            raise error_at(item, f"a second schedule in this file (the first is at line "
+                                 f"{first}); a rule file has at most one", text, filename)
+        self._schedules[filename] = item.meta.line
         known = {p.name for p in self.phases}
         for tok in item.children:
             if str(tok) not in known:
