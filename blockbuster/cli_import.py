@@ -43,11 +43,15 @@ def cmd_import(args: argparse.Namespace) -> int:
         if not args.weights.endswith(".npz"):
             raise UsageError(f"--weights {args.weights}: the file name must end in .npz")
     program = build_program(args)
+    if args.weights and not program.params:
+        raise UsageError(f"--weights {args.weights}: {args.workload} has no parameter values "
+                         "to write (its factory returned a Program, not a model); nothing "
+                         "was written")
     write_new_file(args.output, blockbuster.format_program(program), allowed=(".bbp",))
     note = ""
     if args.weights:
         import numpy as np
-        np.savez(args.weights, **(program.params or {}))
+        np.savez(args.weights, **program.params)
         note = f", weights in {args.weights}"
     print(f"wrote {args.output}: {len(program.kernels)} kernels, inputs "
           f"{', '.join(n for n in program.inputs if n not in program.weights)}{note}")

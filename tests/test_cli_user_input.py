@@ -170,6 +170,20 @@ def test_import_refuses_bad_or_existing_outputs(out, weights, fragment, tmp_path
     assert not (tmp_path / "model.txt").exists() and not (tmp_path / "new.bbp").exists()
 
 
+def test_import_of_a_program_factory_with_weights_writes_nothing(tmp_path, monkeypatch, capsys):
+    # A factory that returns a Program has no parameter values: --weights would write
+    # an empty archive, so the command is refused before either file is written.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.py").write_text("import blockbuster as bb\n"
+                                   "def factory():\n    return bb.workload('attention', N=40)\n")
+    err = _fails(["import", "f.py:factory", "-o", "p.bbp", "--weights", "w.npz"], capsys)
+    assert err.startswith("error: --weights w.npz: f.py:factory has no parameter values")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "p.bbp").exists() and not (tmp_path / "w.npz").exists()
+    assert cli.main(["import", "f.py:factory", "-o", "p.bbp"]) == 0      # without: fine
+    assert (tmp_path / "p.bbp").read_text().startswith("program ")
+
+
 @pytest.mark.parametrize("make,fragment", [
     (lambda p: np.save(p, np.zeros(3)), "not a NumPy .npz archive"),
     (lambda p: p.write_text("rule r: neg(neg(a)) => a\n"), "not a NumPy .npz archive"),
