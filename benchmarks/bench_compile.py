@@ -30,18 +30,20 @@ CPU seconds exclusive of nested compiles:
 
 ``import`` is the time to import ``blockbuster`` and the plugin in a fresh process.
 
-Measured 2026-12-01 on the shared 2-core box at load average 6-11 (so wall times mean
-little; CPU seconds of the compiling process, ``+workers`` beside), against b738c03:
+Measured 2026-12-02 on the shared 2-core AMD EPYC (Zen 4), wall seconds, several
+runs each with other jobs on the machine (CPU seconds of the compiling process beside
+``+workers`` are printed by every run):
 
-    case (default sizes)   before: cold cpu   now: cold cpu (+workers)   runtime cache
-    attention               7.70               2.30                         warm
-    attention               8.95               9.11                         empty too
-    llama_layer            18.50               9.67 (+11.04)                warm
-    llama_layer            17.87              10.42 (+12.23)                empty too
-    layernorm_matmul          -                6.04 / 10.33                 warm / empty
-    rmsnorm_ffn_swiglu        -                6.19 / 9.10                  warm / empty
-    warm start (all)       0.81-1.14           0.76-1.24: ~0.3 s importing scipy.linalg
-                                               (BLAS), ~0.4 s Numba's first-use set-up
+    case (default sizes)   cold (empty caches)        warm (kernels cached)
+                           before     now             before       now
+    attention              2.2-3.2    1.7-2.4         0.27-0.44    0.06-0.11
+    llama_layer            5.2-7.5    4.5-6.3         0.37-0.61    0.12-0.24
+    llama_layer_2048          -       4.6-6.3            -         0.12-0.26
+
+"Before": one driver call site per tile variant (six copies of the micro-kernel's IR,
+1.45 CPU s to compile the driver; now one, 0.8 s) and cached kernels loaded after
+Numba's full context refresh (0.25-0.4 s of a warm start; now skipped:
+``blockbuster_numba/cache_loads.py``).
 """
 
 from __future__ import annotations
