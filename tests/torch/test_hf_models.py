@@ -106,3 +106,28 @@ def test_gpt_neox_layer_under_torch_compile_falls_back_where_it_must(monkeypatch
     with torch.no_grad():
         assert max_rel_error(got.numpy(), model(x).numpy()) < 1e-5
     torch._dynamo.reset()
+
+
+def test_falcon_new_decoder_architecture_grouped_qkv():
+    """The fused projection viewed as (key/value groups, queries per group + 2, head
+    size): split twice, the group's last two heads its key and value."""
+    from transformers import FalconConfig
+    from transformers.models.falcon.modeling_falcon import (FalconDecoderLayer,
+                                                            FalconRotaryEmbedding)
+    cfg = FalconConfig(hidden_size=64, num_attention_heads=4, num_kv_heads=2,
+                       new_decoder_architecture=True, num_hidden_layers=1,
+                       vocab_size=50, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = FalconDecoderLayer(cfg, 0)
+            self.rope = FalconRotaryEmbedding(cfg)
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1]).unsqueeze(0)
+            out = self.layer(x, alibi=None, attention_mask=None, position_ids=pos,
+                             position_embeddings=self.rope(x, pos))
+            return out[0] if isinstance(out, tuple) else out
+    _check(Layer(), torch.randn(1, 13, 64) * 3)

@@ -397,3 +397,43 @@ def test_attention_over_a_single_token(batch, causal):
     model, x = HandWrittenAttention(causal).eval(), torch.randn(batch, 1, 24)
     got, _, _ = run_imported(model, x, fuse=True, backend="numba")
     assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-6
+
+
+class QkvByHeads(nn.Module):
+    """One projection viewed as (q/k/v, heads, head size) in a single ``view``: the
+    projection's columns are split twice (a third level of heads)."""
+
+    def __init__(self, e=72, h=4):
+        super().__init__()
+        self.h, self.qkv, self.out = h, nn.Linear(e, 3 * e), nn.Linear(e, e)
+
+    def forward(self, x):
+        b, t, e = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.h, e // self.h).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(o.transpose(1, 2).reshape(b, t, e))
+
+
+def _qkv_by_heads_numpy(model, x):
+    """The model's math in float64 NumPy."""
+    p = {n: t.detach().double().numpy() for n, t in model.named_parameters()}
+    x = x.double().numpy()
+    b, t, e = x.shape
+    h, d = model.h, e // model.h
+    qkv = (x @ p["qkv.weight"].T + p["qkv.bias"]).reshape(b, t, 3, h, d)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
+    s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    o = (w / w.sum(-1, keepdims=True)) @ v
+    return o.transpose(0, 2, 1, 3).reshape(b, t, e) @ p["out.weight"].T + p["out.bias"]
+
+
+def test_fused_projection_split_into_three_levels_of_heads():
+    """Used to fail: 'splitting an axis of 216 into [3, 4, 18] is not supported'
+    (and, split in two views, 'an axis of 72 is split into blocks of 72 and of 18');
+    Falcon's new decoder architecture views its projection this way."""
+    torch.manual_seed(0)
+    model, x = QkvByHeads().eval(), torch.randn(2, 37, 72)
+    got, _, _ = run_imported(model, x, fuse=True, backend="numba")
+    assert max_rel_error(got[0], _qkv_by_heads_numpy(model, x)) < 1e-6

@@ -156,6 +156,23 @@ class DimPlanner:
         c = self._classes[self.find(cid)]
         return c.tiled and not c.point
 
+    def _head_block(self, out: int, seen: frozenset = frozenset()) -> int:
+        """The block of a head ``out`` split off a tiled axis: the whole head, or a
+        whole number of blocks per head where slices cut it (a partial rotary
+        embedding's rotated and passed columns) or where the head is itself split
+        into heads (a fused projection viewed as (q/k/v, heads, head size))."""
+        size = self.size(out)
+        block = math.gcd(size, self._alignment(out))
+        if block < MIN_BLOCK_PER_HEAD:
+            block = size                  # the slice below reports the cut
+        root = self.find(out)
+        for kind, a, _, inner, _ in self._links:
+            if kind == "split" and self.find(a) == root and root not in seen:
+                nested = self._head_block(inner, seen | {root})
+                if block % nested == 0:
+                    block = nested
+        return block
+
     def _apply_links(self) -> None:
         # Slices pass block sizes both ways and splits need tiling decided: a few
         # sweeps settle them; slices with no required block get the default last.
@@ -190,9 +207,7 @@ class DimPlanner:
                     # head h is column block h: the blocks of both are one head,
                     # or a whole number of blocks per head where slices cut a head
                     # (a partial rotary embedding's rotated and passed columns)
-                    block = math.gcd(self.size(out), self._alignment(out))
-                    if block < MIN_BLOCK_PER_HEAD:
-                        block = self.size(out)   # the slice below reports the cut
+                    block = self._head_block(out)
                     self.require_block(a, block, what)
                     self.require_block(out, block, what)
                     self.mark_tiled(out)
@@ -204,6 +219,11 @@ class DimPlanner:
                 self.mark_tiled(out)
             else:
                 self.mark_point(out)
+                if b is not None:
+                    # (batch, heads) merged: the batch is iterated one index at a
+                    # time, though a linear layer applied to ``[T, B, E]`` first
+                    # took it for its rows
+                    self.mark_point(a)
 
     # -- between the passes ------------------------------------------------------------
     @property

@@ -123,33 +123,46 @@ def _infer(shape: list[int], old: tuple, what: str) -> list[int]:
 
 
 def _regroup(planner: Planner, v: Value, shape: list[int], what: str) -> Value:
-    """Reshape between two shapes without size-1 axes, group by group."""
-    i = j = 0
-    out = v
-    pos = 0       # position in ``out`` of the next old axis
-    while i < v.rank or j < len(shape):
-        if i >= v.rank or j >= len(shape):
+    """Reshape between two shapes without size-1 axes: both are cut at the union of
+    their axes' boundaries (``[2, 72]`` viewed as ``[8, 18]``: the 72 splits into
+    (4, 18), then the 2 merges with the 4); old axes split into their pieces, then
+    pieces merge into the new axes."""
+    def bounds(sh):
+        out, n = [], 1
+        for s in sh:
+            n *= s
+            out.append(n)
+        return out
+    old_b, new_b = bounds(v.shape), bounds(shape)
+    if (old_b[-1] if old_b else 1) != (new_b[-1] if new_b else 1):
+        raise TensorError(f"{what}: cannot view {list(v.shape)} as {shape}")
+    cuts = sorted(set(old_b) | set(new_b))
+    prev = 1
+    for c in cuts:
+        if c % prev:
             raise TensorError(f"{what}: cannot view {list(v.shape)} as {shape}")
-        a, b = v.shape[i], shape[j]
-        if a == b:
-            i, j, pos = i + 1, j + 1, pos + 1
-            continue
-        if a > b:                                   # old axis i splits
-            parts, prod = [], 1
-            while prod < a:
-                parts.append(shape[j]); prod *= shape[j]; j += 1
-            if prod != a:
-                raise TensorError(f"{what}: cannot view {list(v.shape)} as {shape}")
-            out = _split(planner, out, pos, parts, what)
-            i, pos = i + 1, pos + len(parts)
-        else:                                       # old axes merge into one
-            count, prod = 0, 1
-            while prod < b:
-                prod *= v.shape[i + count]; count += 1
-            if prod != b:
-                raise TensorError(f"{what}: cannot view {list(v.shape)} as {shape}")
-            out = _merge(planner, out, pos, count, what)
-            i, j, pos = i + count, j + 1, pos + 1
+        prev = c
+
+    def pieces(sh_bounds):         # per axis: the sizes of the pieces it is cut into
+        out, lo = [], 1
+        for hi in sh_bounds:
+            inside = [c for c in cuts if lo < c <= hi]
+            sizes, at = [], lo
+            for c in inside:
+                sizes.append(c // at)
+                at = c
+            out.append(sizes)
+            lo = hi
+        return out
+    out = v
+    for p, sizes in reversed(list(enumerate(pieces(old_b)))):
+        if len(sizes) > 1:
+            out = _split(planner, out, p, sizes, what)
+    pos = 0
+    for sizes in pieces(new_b):
+        if len(sizes) > 1:
+            out = _merge(planner, out, pos, len(sizes), what)
+        pos += 1
     return out
 
 
@@ -157,9 +170,12 @@ def _split(planner: Planner, v: Value, at: int, parts: list[int], what: str) -> 
     cls = v.axes[at]
     if cls is None:                                  # an expanded axis: stays broadcast
         return replace_axes(v, at, 1, tuple(parts), (None,) * len(parts), None)
-    if len(parts) != 2:
-        raise TensorError(f"{what}: splitting an axis of {v.shape[at]} into {parts} "
-                           f"is not supported (only into heads × head size)")
+    if len(parts) > 2:               # (groups, heads, head size): split twice
+        rest = 1
+        for s in parts[1:]:
+            rest *= s
+        out = _split(planner, v, at, [parts[0], rest], what)
+        return _split(planner, out, at + 1, parts[1:], what)
     heads, size = parts
     outer, inner = planner.new(heads, "H"), planner.new(size, "HD")
     planner.link_split(cls, outer, inner, what)
