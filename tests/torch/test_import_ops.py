@@ -294,3 +294,11 @@ def test_cat_of_pieces_of_different_sizes_matches_eager(fuse):
     got, _, low = run_imported(model, x, fuse=fuse, backend="numba" if fuse else "reference")
     assert max_rel_error(got[0], float64_reference(model, x).numpy()) < 1e-5
     assert any(k.name.startswith("concat") for k in low.program.kernels)
+
+
+def test_sequence_first_heads_merged_with_the_batch_is_a_clear_error():
+    """nn.MultiheadAttention's layout ([T, B, E] viewed as [T, B·H, D]) used to say
+    'merging two tiled axes (N2 × Hb)', though only one of them is tiled."""
+    mha = torch.nn.MultiheadAttention(24, 4, batch_first=True).eval()
+    with pytest.raises(ImportError_, match="merging a tiled axis of 2 .* sequence-first"):
+        lower_module(lambda x: mha(x, x, x, need_weights=False)[0], torch.randn(2, 7, 24))
