@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import blockbuster as bb
 from blockbuster.frontend.pytorch import ImportError_, lower_module
 
 from helpers_torch import float64_reference, max_rel_error, run_imported
@@ -302,3 +303,22 @@ def test_sequence_first_heads_merged_with_the_batch_is_a_clear_error():
     mha = torch.nn.MultiheadAttention(24, 4, batch_first=True).eval()
     with pytest.raises(ImportError_, match="merging a tiled axis of 2 .* sequence-first"):
         lower_module(lambda x: mha(x, x, x, need_weights=False)[0], torch.randn(2, 7, 24))
+
+
+def test_batch_merged_with_heads_cut_from_the_next_axis():
+    """``[T, B, E]`` viewed as ``[T, B·H, D]`` (E cut into heads, which merge with the
+    batch before them) and back: used to fail with 'cannot view [37, 2, 72] as
+    [37, 8, 18]'."""
+    def per_head_softmax(x):
+        b, t, e = x.shape
+        s = x.transpose(0, 1).reshape(t, b * 4, e // 4)
+        return torch.softmax(s * 2.0, -1).reshape(t, b, e).transpose(0, 1) + x
+    x = torch.randn(2, 37, 72)
+    low = lower_module(per_head_softmax, x)
+    run = bb.compile(bb.fuse(low.program).program, backend="reference")
+    got = run(**{low.inputs[0].name: x.numpy()}, **low.weights)[low.outputs[0].name]
+    xn = x.double().numpy()
+    s = xn.transpose(1, 0, 2).reshape(37, 8, 18) * 2.0
+    w = np.exp(s - s.max(-1, keepdims=True))
+    want = (w / w.sum(-1, keepdims=True)).reshape(37, 2, 72).transpose(1, 0, 2) + xn
+    assert np.abs(got.reshape(want.shape) - want).max() < 1e-6
