@@ -322,3 +322,25 @@ def test_batch_merged_with_heads_cut_from_the_next_axis():
     w = np.exp(s - s.max(-1, keepdims=True))
     want = (w / w.sum(-1, keepdims=True)).reshape(37, 2, 72).transpose(1, 0, 2) + xn
     assert np.abs(got.reshape(want.shape) - want).max() < 1e-6
+
+
+def test_log1p_and_expm1_in_torch_modules_with_their_module_named():
+    """``nn.LogSigmoid`` (``log1p``) and ``nn.CELU`` (``expm1``) used to be unsupported;
+    an error inside torch's own module code (no line of the model's) used to be
+    located at '<unknown source>': it names the module."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 37) * 3
+    w, b = torch.randn(19, 37) / 6, torch.randn(19)
+    lin = torch.nn.Linear(37, 19)
+    with torch.no_grad():
+        lin.weight.copy_(w), lin.bias.copy_(b)
+    h = x.double().numpy() @ w.double().numpy().T + b.double().numpy()
+    wants = {"LogSigmoid": -np.logaddexp(0.0, -h),
+             "CELU": np.where(h > 0, h, 0.5 * np.expm1(h / 0.5))}
+    for mod in (torch.nn.LogSigmoid(), torch.nn.CELU(0.5)):
+        model = torch.nn.Sequential(lin, mod).eval()
+        got, _, _ = run_imported(model, x)
+        want = wants[type(mod).__name__]
+        assert np.abs(got[0] - want).max() / max(1.0, np.abs(want).max()) < 1e-6
+    with pytest.raises(ImportError_, match=r"^module 1 \(Softshrink\): unsupported operator"):
+        lower_module(torch.nn.Sequential(lin, torch.nn.Softshrink()), x)

@@ -105,4 +105,16 @@ def source_line(node) -> str:
                 return f"{path}:{line}"
             except IndexError:
                 continue
-    return "<unknown source>"
+    return _module_of(node) or "<unknown source>"
+
+
+def _module_of(node) -> str | None:
+    """The innermost module that made ``node`` (``self_attn (MultiheadAttention)``),
+    for code inside torch itself (``nn.TransformerEncoderLayer``), whose export
+    records no line of the model's own."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return None
+    path, cls = list(stack.values())[-1]
+    cls = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1]
+    return f"module {path} ({cls})" if path else f"module {cls}"
