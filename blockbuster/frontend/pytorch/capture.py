@@ -116,5 +116,8 @@ def _module_of(node) -> str | None:
     if not stack:
         return None
     path, cls = list(stack.values())[-1]
-    cls = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1]
+    cls = getattr(cls, "__qualname__", None) or str(cls)
+    if "FunctionModule" in cls:       # capture's wrapper of a plain function
+        return None
+    cls = cls.rsplit(".", 1)[-1]
     return f"module {path} ({cls})" if path else f"module {cls}"

@@ -236,6 +236,12 @@ class KernelEmitter:
             if a.rank == 1:
                 out = drop_axis(out, out.rank - 2)
             return out
+        if b.rank == 2 and a.rank >= 3 and a.shape[-2] == 1 and a.axes[-2] is None \
+                and a.axes[-3] is not None and b.axes[-1] is not None:
+            # ``[.., T, 1, K] @ W``: a linear layer applied to a sequence-first
+            # ``[T, B, E]`` tensor of one sample: the rows are T, not the size-1 axis
+            out = self.matmul(drop_axis(a, a.rank - 2), b, what, name, hi_of)
+            return insert_axis(out, out.rank - 1)
         ka, kb = a.axes[-1], b.axes[-2]
         if a.shape[-1] != b.shape[-2]:
             raise TensorError(f"{what}: contracts {a.shape[-1]} with {b.shape[-2]}")
