@@ -290,3 +290,18 @@ def test_bad_block_sizes_are_a_clear_error(blocks):
     assert "UsageError" in repr(err.value) and "blocks" in str(err.value)
     with pytest.raises(UsageError, match="blocks"):
         bb.from_torch(Block().eval(), torch.randn(1, 5, 48), blocks=blocks)
+
+
+def test_transformer_encoder_fast_path_falls_back_naming_the_module():
+    """Under ``no_grad`` ``nn.TransformerEncoderLayer`` runs its fused fast path (one
+    ATen operator): the whole graph stays in PyTorch, and the warning names the
+    module (torch's own code has no line of the model's: it said '<unknown source>')."""
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+    layer = torch.nn.TransformerEncoderLayer(24, 2, 40, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 7, 24)
+    compiled = torch.compile(layer, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with pytest.warns(FallbackWarning, match=r"module TransformerEncoderLayer: unsupported "
+                                             r"operator aten\._transformer_encoder_layer_fwd"), \
+            torch.no_grad():
+        assert _close(compiled(x), layer(x))

@@ -9,6 +9,7 @@ operator the user wrote.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 from .dims import ImportError_
@@ -120,4 +121,5 @@ def _module_of(node) -> str | None:
     if "FunctionModule" in cls:       # capture's wrapper of a plain function
         return None
     cls = cls.rsplit(".", 1)[-1]
+    path = re.sub(r"^L\['[^']*'\]\.?", "", str(path or ""))   # TorchDynamo's root: L['fn']
     return f"module {path} ({cls})" if path else f"module {cls}"
