@@ -297,12 +297,18 @@ def test_cat_of_pieces_of_different_sizes_matches_eager(fuse):
     assert any(k.name.startswith("concat") for k in low.program.kernels)
 
 
-def test_sequence_first_heads_merged_with_the_batch_is_a_clear_error():
-    """nn.MultiheadAttention's layout ([T, B, E] viewed as [T, B·H, D]) used to say
-    'merging two tiled axes (N2 × Hb)', though only one of them is tiled."""
-    mha = torch.nn.MultiheadAttention(24, 4, batch_first=True).eval()
-    with pytest.raises(ImportError_, match="merging a tiled axis of 2 .* sequence-first"):
-        lower_module(lambda x: mha(x, x, x, need_weights=False)[0], torch.randn(2, 7, 24))
+def test_sequence_and_batch_merged_into_rows_is_a_clear_error():
+    """A tiled T merged with a batch after it (rows interleaving the sequences), not
+    for a linear layer: a one-line error naming the line, not an invalid program."""
+    w = torch.randn(24, 24)
+
+    def interleave(x):
+        t = x.transpose(0, 1) @ w                          # [T, B, E]
+        h = t.reshape(7, 8, 6).transpose(0, 1)             # [B·H, T, D]
+        o = F.scaled_dot_product_attention(h, h, h)
+        return o.transpose(0, 1).reshape(14, 24) * 2.0     # [T·B, E]
+    with pytest.raises(ImportError_, match=r"^[^\n]*test_import_ops.py:\d+: [^\n]*$"):
+        lower_module(interleave, torch.randn(2, 7, 24))
 
 
 def test_batch_merged_with_heads_cut_from_the_next_axis():

@@ -439,13 +439,16 @@ def test_fused_projection_split_into_three_levels_of_heads():
     assert max_rel_error(got[0], _qkv_by_heads_numpy(model, x)) < 1e-6
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_multihead_attention_module_on_one_sequence(causal):
-    """``nn.MultiheadAttention`` works sequence-first inside (``[T, 1, E]`` for one
-    sample): its projections used to treat T as a batch axis (a product over the
-    size-1 rows), and the attention then failed ('a matrix axis of 37 is also a
-    batch axis iterated one index at a time'); before that, its (q/k/v, heads)
-    views failed ('an axis of 72 is split into blocks of 72 and of 18')."""
+@pytest.mark.parametrize("causal,batch", [(False, 1), (True, 1), (False, 2)])
+def test_multihead_attention_module(causal, batch):
+    """``nn.MultiheadAttention`` works sequence-first inside (``[T, B, E]``). For one
+    sample its projections used to treat T as a batch axis (a product over the
+    size-1 rows) and the attention then failed ('a matrix axis of 37 is also a
+    batch axis iterated one index at a time'); for two, its batch merged with the
+    heads ('cannot view [37, 2, 72] as [37, 8, 18]') and T with the batch (rows
+    interleaving two sequences) around the output projection; before that, its
+    (q/k/v, heads) views failed ('an axis of 72 is split into blocks of 72 and of
+    18')."""
     torch.manual_seed(0)
     e, h, t = 72, 4, 37
     mha = nn.MultiheadAttention(e, h, batch_first=True).eval()
@@ -453,18 +456,20 @@ def test_multihead_attention_module_on_one_sequence(causal):
 
     def attend(x):
         return mha(x, x, x, need_weights=False, attn_mask=mask)[0]
-    x = torch.randn(1, t, e)
+    x = torch.randn(batch, t, e)
     got, _, _ = run_imported(attend, x, fuse=True, backend="numba")
     p = {n: q.detach().double().numpy() for n, q in mha.named_parameters()}
-    xn, d = x[0].double().numpy(), e // h
-    q, k, v = np.split(xn @ p["in_proj_weight"].T + p["in_proj_bias"], 3, axis=-1)
-    heads = []
-    for i in range(h):
-        cols = slice(i * d, (i + 1) * d)
-        s = q[:, cols] @ k[:, cols].T / np.sqrt(d)
-        if causal:
-            s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
-        w = np.exp(s - s.max(-1, keepdims=True))
-        heads.append((w / w.sum(-1, keepdims=True)) @ v[:, cols])
-    want = np.concatenate(heads, -1) @ p["out_proj.weight"].T + p["out_proj.bias"]
+    d, want = e // h, []
+    for xn in x.double().numpy():
+        q, k, v = np.split(xn @ p["in_proj_weight"].T + p["in_proj_bias"], 3, axis=-1)
+        heads = []
+        for i in range(h):
+            cols = slice(i * d, (i + 1) * d)
+            s = q[:, cols] @ k[:, cols].T / np.sqrt(d)
+            if causal:
+                s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
+            w = np.exp(s - s.max(-1, keepdims=True))
+            heads.append((w / w.sum(-1, keepdims=True)) @ v[:, cols])
+        want.append(np.concatenate(heads, -1) @ p["out_proj.weight"].T + p["out_proj.bias"])
+    want = np.stack(want)
     assert max_rel_error(got[0].reshape(want.shape), want) < 1e-6

@@ -136,7 +136,62 @@ def _sdpa(low, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 @handles("view.default", "_unsafe_view.default", "reshape.default")
 def _view(low, node, x, shape):
-    return R.reshape(low.planner, x, [int(s) for s in shape], node.name)
+    shape = [int(s) for s in shape]
+    lead = _rows_flattened_for_a_linear(node, x, shape)
+    if lead is not None:
+        shape = list(lead) + [shape[-1]]
+    return R.reshape(low.planner, x, shape, node.name)
+
+
+_LINEARS = {"aten.linear.default": 0, "aten.addmm.default": 1, "aten.mm.default": 0}
+_VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+
+
+def _rows_flattened_for_a_linear(node, x, shape):
+    """``x.view(-1, E)``, a linear layer, and a view back to ``x``'s leading axes
+    (GPT-2's Conv1D, ``nn.MultiheadAttention``'s output projection of ``[T, B, H,
+    D]``): the leading axes (returned) are kept and the linear layer is applied
+    row-wise to them (the same numbers), so that leading axes which cannot merge
+    into blocks of rows (a tiled T before a batch iterated one index at a time)
+    need not. None when the view is anything else."""
+    if len(shape) != 2 or len(node.users) != 1:
+        return None
+    total = 1
+    for s in x.shape:
+        total *= s
+    rows = shape[0] if shape[0] != -1 else total // max(shape[1], 1)
+    lead, n = [], 1
+    for s in x.shape:
+        if n >= rows:
+            break
+        lead.append(s)
+        n *= s
+    if n != rows or len(lead) < 2 or len(lead) >= x.rank:
+        return None
+    if _leading_linear_view_back(node, tuple(lead)):
+        return tuple(lead)
+    return None
+
+
+def _leading_linear_view_back(node, lead: tuple) -> bool:
+    (user,) = node.users
+    at = _LINEARS.get(str(user.target))
+    if at is None or len(user.args) <= at or user.args[at] is not node or \
+            any(a is node for i, a in enumerate(user.args) if i != at):
+        return False
+    if str(user.target) == "aten.linear.default" and len(user.args) > 1 and \
+            getattr(user.args[1], "meta", {}).get("val") is not None and \
+            user.args[1].meta["val"].dim() != 2:
+        return False
+    if not user.users:
+        return False
+    for back in user.users:
+        if str(back.target) not in _VIEWS or back.args[0] is not user:
+            return False
+        out = [int(s) for s in back.args[1]]
+        if -1 in out or tuple(out[:-1]) != lead:
+            return False
+    return True
 
 
 @handles("permute.default")

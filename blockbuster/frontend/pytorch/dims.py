@@ -219,6 +219,11 @@ class DimPlanner:
                 self.mark_tiled(out)
             else:
                 self.mark_point(out)
+                if b is not None:
+                    # (batch, heads) merged: the batch is iterated one index at a
+                    # time, though a linear layer applied to ``[T, B, E]`` first
+                    # took it for its rows
+                    self.mark_point(a)
 
     # -- between the passes ------------------------------------------------------------
     @property

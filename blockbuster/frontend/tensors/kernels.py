@@ -250,6 +250,17 @@ class KernelEmitter:
             # multiply with broadcasting, then sum over the contracted axis
             return self._thin_matmul(a, b, what, name, hi_of)
         k = self.planner.unify(ka, kb, what)
+        rows = self._tiled_rows(a, b)
+        if rows is not None:
+            # a weight applied along the last axis: any leading axis can be the rows.
+            # ``[T, B, E] @ W`` (a sequence-first layout) where the batch is iterated
+            # one index at a time and T is tiled: T is the rows.
+            order = [p for p in range(a.rank - 1) if p != rows] + [rows, a.rank - 1]
+            out = self.matmul(permute(a, order), b, what, name, hi_of)
+            back = [0] * out.rank
+            for q, p in enumerate(order):
+                back[p] = q
+            return permute(out, back)
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
                 self.planner.mark_tiled(c)
@@ -273,6 +284,18 @@ class KernelEmitter:
             return E.reduce("sum", var, kdim, E.call("dot", self.block(a, ia),
                                                      self.block(b, ib)), **bounds)
         return self.emit("matmul", shape, axes, value, name)
+
+    def _tiled_rows(self, a: Value, b: Value) -> int | None:
+        """For ``a @ W`` with a 2-D ``W`` (a linear layer), the leading axis of ``a``
+        to use as the rows when its second-to-last axis turned out to be iterated one
+        index at a time (emitting pass only; the last such tiled axis), else None."""
+        if self.planner.planning or b.rank != 2 or a.rank < 3 or a.axes[-2] is None:
+            return None
+        if not self.planner.dim(a.axes[-2]).point:
+            return None
+        tiled = [p for p in range(a.rank - 2) if a.axes[p] is not None
+                 and not self.planner.dim(a.axes[p]).point]
+        return tiled[-1] if tiled else None
 
     def _thin_matmul(self, a: Value, b: Value, what: str, name: str | None,
                      hi_of: Callable | None) -> Value:

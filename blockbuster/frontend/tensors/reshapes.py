@@ -244,12 +244,6 @@ def merge_view(planner: Planner, v: Value, at: int, merged, what: str) -> Value:
             return v.load(tuple(index[:at]) + (m // n2, m - (m // n2) * n2)
                           + tuple(index[at + 1:]))
         return replace_axes(v, at, 2, size, (merged,), loader)
-    if not d1.point and d2.point:
-        raise TensorError(f"{what}: merging a tiled axis of {d1.size} ({d1.name}) with the "
-                          f"axis of {d2.size} after it ({d2.name}, iterated one index at "
-                          f"a time) is not supported (a sequence-first [T, B, ...] layout, "
-                          f"as nn.MultiheadAttention uses inside, whose batch merges with "
-                          f"the heads or the rows)")
     if not d1.point:
         raise TensorError(f"{what}: merging two tiled axes ({d1.name} × {d2.name}) is "
                           f"not supported (only heads × head columns, or point axes)")
