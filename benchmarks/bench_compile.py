@@ -36,9 +36,11 @@ runs each with other jobs on the machine (CPU seconds of the compiling process b
 
     case (default sizes)   cold (empty caches)        warm (kernels cached)
                            before     now             before       now
-    attention              2.2-3.2    1.7-2.4         0.27-0.44    0.06-0.11
-    llama_layer            5.2-7.5    4.5-6.3         0.37-0.61    0.12-0.24
-    llama_layer_2048          -       4.6-6.3            -         0.12-0.26
+    attention              2.2-3.2    1.5-2.4         0.27-0.44    0.06-0.11
+    llama_layer            5.2-7.5    4.0-6.3         0.37-0.61    0.14-0.24
+    llama_layer_2048          -       3.5-6.3            -         0.12-0.26
+
+(The low ends are the three runs on a quiet machine.)
 
 "Before": one driver call site per tile variant (six copies of the micro-kernel's IR,
 1.45 CPU s to compile the driver; now one, 0.8 s) and cached kernels loaded after
