@@ -473,3 +473,24 @@ def test_multihead_attention_module(causal, batch):
         want.append(np.concatenate(heads, -1) @ p["out_proj.weight"].T + p["out_proj.bias"])
     want = np.stack(want)
     assert max_rel_error(got[0].reshape(want.shape), want) < 1e-6
+
+
+def test_a_plain_functions_inputs_are_named_after_its_arguments():
+    # As for a module's forward: the program's inputs are the function's parameter
+    # names (a parameter with a default that no example fills keeps its default).
+    def masked_softmax(scores, mask, scale=0.5):
+        return torch.softmax(scores * scale + mask, dim=-1)
+
+    rng = np.random.default_rng(4)
+    scores = torch.tensor(rng.standard_normal((37, 21)) * 30, dtype=torch.float32)
+    mask = torch.tensor(np.where(rng.random((37, 21)) < 0.3, -1e4, 0.0), dtype=torch.float32)
+    program = bb.from_torch(masked_softmax, scores, mask)
+    assert list(program.inputs) == ["scores", "mask"]
+    got = next(iter(bb.compile(program, backend="numba")(scores=scores.numpy(),
+                                                         mask=mask.numpy()).values()))
+    logits = scores.numpy().astype(np.float64) * 0.5 + mask.numpy()
+    want = np.exp(logits - logits.max(axis=1, keepdims=True))
+    want /= want.sum(axis=1, keepdims=True)
+    assert np.abs(got - want).max() < 1e-6
+    # A function of *args has no names to give: the positions name them.
+    assert list(bb.from_torch(lambda *a: a[0] * 2, scores).inputs) == ["args_0"]

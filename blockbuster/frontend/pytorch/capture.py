@@ -8,6 +8,7 @@ operator the user wrote.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import warnings
@@ -82,6 +83,17 @@ def _FunctionModule(fn):
         def forward(self, *args):
             return fn(*args)
     FunctionModule.__name__ = getattr(fn, "__name__", "function")
+    # torch.export names the graph's inputs after forward's parameters: give forward
+    # the function's own (``x``, ``mask``), not ``args_0``, ``args_1``.
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):      # a builtin or a callable without a signature
+        params = []
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if params and all(p.kind in positional for p in params):
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        FunctionModule.forward.__signature__ = inspect.Signature(
+            [self_param] + params)
     return FunctionModule()
 
 
