@@ -16,15 +16,12 @@ transformers = pytest.importorskip("transformers")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 
-class LlamaWithRope(torch.nn.Module):
-    """A decoder layer with its rotary embedding, as LlamaModel calls it."""
+class LayerWithRope(torch.nn.Module):
+    """A decoder layer with its rotary embedding, as the model class calls it."""
 
-    def __init__(self, cfg):
+    def __init__(self, layer, rope):
         super().__init__()
-        from transformers.models.llama.modeling_llama import (LlamaDecoderLayer,
-                                                              LlamaRotaryEmbedding)
-        self.layer = LlamaDecoderLayer(cfg, 0)
-        self.rope = LlamaRotaryEmbedding(cfg)
+        self.layer, self.rope = layer, rope
 
     def forward(self, x):
         pos = torch.arange(x.shape[1]).unsqueeze(0)
@@ -32,20 +29,17 @@ class LlamaWithRope(torch.nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
-class PhiWithRope(torch.nn.Module):
+def LlamaWithRope(cfg):
+    from transformers.models.llama.modeling_llama import (LlamaDecoderLayer,
+                                                          LlamaRotaryEmbedding)
+    return LayerWithRope(LlamaDecoderLayer(cfg, 0), LlamaRotaryEmbedding(cfg))
+
+
+def PhiWithRope(cfg):
     """A Phi decoder layer (partial rotary embedding: each head's first columns
-    rotate, the rest pass through) with its rotary embedding, as PhiModel calls it."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        from transformers.models.phi.modeling_phi import PhiDecoderLayer, PhiRotaryEmbedding
-        self.layer = PhiDecoderLayer(cfg, 0)
-        self.rope = PhiRotaryEmbedding(cfg)
-
-    def forward(self, x):
-        pos = torch.arange(x.shape[1]).unsqueeze(0)
-        out = self.layer(x, position_embeddings=self.rope(x, pos), attention_mask=None)
-        return out[0] if isinstance(out, tuple) else out
+    rotate, the rest pass through)."""
+    from transformers.models.phi.modeling_phi import PhiDecoderLayer, PhiRotaryEmbedding
+    return LayerWithRope(PhiDecoderLayer(cfg, 0), PhiRotaryEmbedding(cfg))
 
 
 class FirstOutput(torch.nn.Module):

@@ -25,6 +25,23 @@ class LastHidden(torch.nn.Module):
         return self.model(input_ids=ids).last_hidden_state
 
 
+class FalconWithRope(torch.nn.Module):
+    """A Falcon decoder layer with its rotary embedding, as FalconModel calls it."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        from transformers.models.falcon.modeling_falcon import (FalconDecoderLayer,
+                                                                FalconRotaryEmbedding)
+        self.layer = FalconDecoderLayer(cfg, 0)
+        self.rope = FalconRotaryEmbedding(cfg)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1]).unsqueeze(0)
+        out = self.layer(x, alibi=None, attention_mask=None, position_ids=pos,
+                         position_embeddings=self.rope(x, pos))
+        return out[0] if isinstance(out, tuple) else out
+
+
 def _check(model, x, tol=2e-5):
     """The imported program (unfused, reference backend) against the model in
     float64 (token ids stay integers)."""
@@ -53,25 +70,11 @@ def test_falcon_layer_multi_query():
     """One key/value head picked out of the fused projection by list indexing
     (``qkv[..., [-2], :]``): a size-1 slice, broadcast over the query heads."""
     from transformers import FalconConfig
-    from transformers.models.falcon.modeling_falcon import (FalconDecoderLayer,
-                                                            FalconRotaryEmbedding)
     cfg = FalconConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=1,
                        vocab_size=50, max_position_embeddings=64)
     cfg._attn_implementation = "sdpa"
     assert cfg.multi_query
-
-    class Layer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer = FalconDecoderLayer(cfg, 0)
-            self.rope = FalconRotaryEmbedding(cfg)
-
-        def forward(self, x):
-            pos = torch.arange(x.shape[1]).unsqueeze(0)
-            out = self.layer(x, alibi=None, attention_mask=None, position_ids=pos,
-                             position_embeddings=self.rope(x, pos))
-            return out[0] if isinstance(out, tuple) else out
-    _check(Layer(), torch.randn(1, 13, 32) * 3)
+    _check(FalconWithRope(cfg), torch.randn(1, 13, 32) * 3)
 
 
 def test_gpt_neox_layer_under_torch_compile_falls_back_where_it_must(monkeypatch, tmp_path):
@@ -112,22 +115,8 @@ def test_falcon_new_decoder_architecture_grouped_qkv():
     """The fused projection viewed as (key/value groups, queries per group + 2, head
     size): split twice, the group's last two heads its key and value."""
     from transformers import FalconConfig
-    from transformers.models.falcon.modeling_falcon import (FalconDecoderLayer,
-                                                            FalconRotaryEmbedding)
     cfg = FalconConfig(hidden_size=64, num_attention_heads=4, num_kv_heads=2,
                        new_decoder_architecture=True, num_hidden_layers=1,
                        vocab_size=50, max_position_embeddings=64)
     cfg._attn_implementation = "sdpa"
-
-    class Layer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer = FalconDecoderLayer(cfg, 0)
-            self.rope = FalconRotaryEmbedding(cfg)
-
-        def forward(self, x):
-            pos = torch.arange(x.shape[1]).unsqueeze(0)
-            out = self.layer(x, alibi=None, attention_mask=None, position_ids=pos,
-                             position_embeddings=self.rope(x, pos))
-            return out[0] if isinstance(out, tuple) else out
-    _check(Layer(), torch.randn(1, 13, 64) * 3)
+    _check(FalconWithRope(cfg), torch.randn(1, 13, 64) * 3)
