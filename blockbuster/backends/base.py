@@ -84,19 +84,8 @@ class CompiledProgram:
             raise BackendError(f"bind: missing weight '{missing[0]}' of program {p.name}")
         if self.compile_part is None:
             raise BackendError(f"backend '{self.backend}' cannot compile parts of a program")
-        from ..ir.prep import split_weight_prep
-        split = split_weight_prep(p)
         bound = {n: np.array(given[n], copy=True) for n in p.weights}   # the snapshot
-        prepared: Arrays = {}
-        if split.prep is not None:
-            prep = CompiledProgram(program=split.prep, backend=self.backend,
-                                   run=self.compile_part(split.prep))
-            prepared = dict(prep({n: bound[n] for n in split.prep.inputs}))
-        per_call = CompiledProgram(program=split.per_call, backend=self.backend,
-                                   run=self.compile_part(split.per_call))
-        fixed = {n: v for n, v in {**bound, **prepared}.items() if n in split.per_call.inputs}
-        return BoundProgram(per_call, fixed, len(split.prep.kernels) if split.prep else 0,
-                            p.weights)
+        return bind_weights(p, self.backend, self.compile_part, bound)
 
     def check_inputs(self, given: Mapping[str, Any]) -> Arrays:
         """The caller's arrays as NumPy arrays, or a BackendError naming the first problem."""
@@ -163,6 +152,27 @@ class BoundProgram:
             if name in self.fixed or name in self.weights:
                 raise BackendError(f"'{name}' is bound; call bind() again to change it")
         return self.per_call({**given, **self.fixed})
+
+
+def bind_weights(program: Program, backend: str, compile_part: Callable[[Program], Runner],
+                 weights: Arrays) -> "BoundProgram":
+    """``program`` split into weight preparation and the per-call rest, each compiled
+    by ``compile_part``; the preparation runs now on ``weights`` (every weight of the
+    program, used as they are: no copy). :meth:`CompiledProgram.bind` binds a
+    snapshot of the caller's arrays; the torch backend binds a model's parameters
+    without compiling the whole program first."""
+    from ..ir.prep import split_weight_prep
+    split = split_weight_prep(program)
+    prepared: Arrays = {}
+    if split.prep is not None:
+        prep = CompiledProgram(program=split.prep, backend=backend,
+                               run=compile_part(split.prep))
+        prepared = dict(prep({n: weights[n] for n in split.prep.inputs}))
+    per_call = CompiledProgram(program=split.per_call, backend=backend,
+                               run=compile_part(split.per_call))
+    fixed = {n: v for n, v in {**weights, **prepared}.items() if n in split.per_call.inputs}
+    return BoundProgram(per_call, fixed, len(split.prep.kernels) if split.prep else 0,
+                        program.weights)
 
 
 def as_dtype(dtype, backend: str) -> np.dtype:

@@ -102,6 +102,26 @@ def test_changed_parameters_are_seen():
         assert not _close(after, before)
 
 
+def test_weight_preparation_runs_once_not_on_every_call(monkeypatch):
+    """LayerNorm's gain folds into the next weight matrix: a kernel of the weights
+    alone. It runs when the region is built; a call runs the rest."""
+    from blockbuster.frontend.pytorch import dynamo
+    from blockbuster.ir.prep import weight_derived_kernels
+    regions = []
+    real = dynamo.CompiledRegion._build
+    monkeypatch.setattr(dynamo.CompiledRegion, "_build",
+                        lambda self, inputs: (regions.append(self), real(self, inputs)))
+    model = Block().eval()
+    x = torch.randn(2, 37, 48) * 3 + 1e3            # the size above: a cached fused program
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad():
+        assert _close(compiled(x), model(x))
+        assert _close(compiled(x), model(x))
+    (region,) = regions
+    assert weight_derived_kernels(region.program)       # the fused program prepares weights
+    assert not weight_derived_kernels(region.compiled.program)  # a call does not
+
+
 def test_unknown_option_is_a_clear_error():
     compiled = torch.compile(Block().eval(), backend="blockbuster", options={"blokcs": {}})
     with pytest.raises(Exception) as err:

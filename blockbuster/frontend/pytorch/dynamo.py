@@ -210,7 +210,7 @@ class CompiledRegion:
         program = low.program.evolve(params=dict(low.weights))
         fused = cached_fuse(program, self._opts.rules, self._opts.hardware)
         self.program = fused
-        self.compiled = backend.compile(fused)
+        self.compiled = _compile_bound(backend, fused)
         self.lowered = low
         self._dtypes = _output_dtypes(source.graph)
         self._stamp = self._stamps(inputs)
@@ -281,6 +281,20 @@ class CompiledRegion:
         return tuple(torch.from_numpy(np.ascontiguousarray(out[b.name])).reshape(b.shape)
                      .to(dtype or torch.float32)
                      for b, dtype in zip(self.lowered.outputs, self._dtypes))
+
+
+def _compile_bound(backend, program):
+    """The region's program compiled with the model's parameters bound: weight
+    preparation (a norm's gain folded into the next weight matrix, say) runs once,
+    here, not on every call. The parameters are the region's own float32 copies and
+    the region is rebuilt when one changes (``CompiledRegion._changed``): bound as
+    they are."""
+    from ...backends.base import bind_weights
+    params = program.params or {}
+    if not program.weights or any(w not in params for w in program.weights):
+        return backend.compile(program)
+    return bind_weights(program, backend.name, lambda part: backend.compile(part).run,
+                        {w: params[w] for w in program.weights})
 
 
 def _output_dtypes(graph) -> list:
