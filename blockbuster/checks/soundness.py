@@ -61,22 +61,36 @@ def mismatch(left, right) -> str:
     differ = (lc != rc) & ~((lc == 1) & (rc != 0))
     if np.any(differ):
         at = tuple(int(i) for i in np.argwhere(differ)[0])
-        return (f"left {float(left[at]):.6g}, right {float(right[at]):.6g} at {at} "
+        return (f"left {_num(left[at], 6)}, right {_num(right[at], 6)} at {at} "
                 "(different non-finite class)")
     finite = lc == 0
     if not np.any(finite):
         return ""
     lf, rf = np.where(finite, left, 0), np.where(finite, right, 0)
     scale = np.maximum(np.abs(lf), np.abs(rf))
-    tol = RTOL * scale + ATOL * float(np.max(scale))
+    tol = RTOL * scale + ATOL * np.max(scale)     # in PRECISION: may exceed float64
     over = np.abs(lf - rf) > tol
     if np.any(over):
-        excess = np.where(over, np.abs(lf - rf) / np.maximum(scale, 1e-300), 0)
+        excess = np.where(over, np.abs(lf - rf) / np.maximum(scale, _TINY), 0)
         at = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), excess.shape))
-        rel = float(excess[at])
-        return (f"left {float(left[at]):.10g}, right {float(right[at]):.10g} at {at} "
-                f"(relative difference {rel:.3g})")
+        return (f"left {_num(left[at], 10)}, right {_num(right[at], 10)} at {at} "
+                f"(relative difference {_num(excess[at], 3)})")
     return ""
+
+
+#: The smallest normal magnitude of the check's precision (values far below float64's
+#: range, 1e-2907 say, are still compared, and reported, as they are).
+_TINY = np.finfo(PRECISION).tiny
+
+
+def _num(x, digits: int) -> str:
+    """``x`` with ``digits`` significant digits, like ``:.{digits}g``, also where it is
+    outside float64's range (extended precision keeps exp(-6000) apart from 0)."""
+    wide = PRECISION(x)
+    narrow = float(wide)
+    if wide != 0 and np.isfinite(wide) and (narrow == 0 or not np.isfinite(narrow)):
+        return np.format_float_scientific(wide, precision=digits - 1, trim="-")
+    return f"{narrow:.{digits}g}"
 
 
 def _classes(x: np.ndarray) -> np.ndarray:

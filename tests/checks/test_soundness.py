@@ -57,6 +57,16 @@ def test_non_finite_positions_must_agree():
     assert "relative difference" in mismatch(np.array([1e-5]), np.array([1.1e-5]))
 
 
+def test_values_beyond_float64_are_compared_and_reported_as_they_are():
+    # The check runs in extended precision: exp(±6000) is neither 0 nor inf there.
+    import numpy as np
+    big, tiny = np.array([np.longdouble("1e3000")]), np.array([np.longdouble("7e-2908")])
+    # A factor of 2 at 1e3000 is a difference (the tolerance once overflowed to inf).
+    assert mismatch(big, 2 * big) == "left 1e+3000, right 2e+3000 at (0,) (relative difference 0.5)"
+    # A value lost to cancellation is shown, not as "left 0, right 0 (difference 0)".
+    assert mismatch(tiny, 0 * tiny) == "left 7e-2908, right 0 at (0,) (relative difference 1)"
+
+
 OLD_CHAN_VARIANCE = """
 rule chan_variance:
   sum(k in R: rowsum(square(rowshift(neg(m), x))))
