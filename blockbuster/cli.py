@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Callable, Sequence
 
 from .cli_args import (check_output_path, parse_assignments, positive_int_arg,  # noqa: F401
@@ -98,6 +99,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (argparse exits 2 by itself
     on malformed arguments)."""
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        _show_own_deprecations()
+        return _run(args)
+
+
+def _show_own_deprecations() -> None:
+    """Python hides a DeprecationWarning raised outside ``__main__``; the project's
+    own (a deprecated action name in a rule file) are meant for the user: each prints
+    one ``warning: ...`` line on stderr. Other warnings show as Python shows them."""
+    warnings.filterwarnings("default", category=DeprecationWarning,
+                            module=r"blockbuster(\.|$)")
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        own = os.sep + "blockbuster" + os.sep in filename
+        if issubclass(category, DeprecationWarning) and own:
+            print(f"warning: {_one_line(str(message))}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         status = args.func(args)
         sys.stdout.flush()          # a closed pipe shows here, inside the handlers

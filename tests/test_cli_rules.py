@@ -114,3 +114,11 @@ def test_the_readme_rule_set_path_works_outside_a_checkout(tmp_path, monkeypatch
     assert cli.main(["rules", "list", "nothere/default.bbr"]) == 2
     assert "no such rule file (the shipped rule sets, found by name: default.bbr" in \
         capsys.readouterr().err
+
+
+def test_a_deprecated_action_name_is_one_warning_line(tmp_path, capsys):
+    # Python hides a DeprecationWarning raised outside __main__: the CLI shows its own.
+    path = write(tmp_path, "rule h: apply hoist_accumulators()\n")
+    assert cli.main(["rules", "list", path]) == 0
+    assert capsys.readouterr().err == (f"warning: {path}:1:15: action 'hoist_accumulators' "
+                                       "is deprecated, use 'hold_accumulators'\n")
