@@ -75,6 +75,11 @@ class TermBuilder:
             return E.pos(str(ch[0]), build_index(ch[1]))
         if kind == "proj":
             base = self.build(ch[0])
+            if base.op == "const" and ch[0].data == "number":
+                # `1.2.3` reads as the number 1.2 and `.3`: name the slip, not const().
+                number = ch[0].children[0]
+                raise self.error(number, f"'{number}.{ch[1]}' is not a number (one "
+                                 "decimal point at most)")
             if base.op not in _MAY_BE_TUPLE:     # an operator: always one value
                 raise self.error(ch[1], f"'.{ch[1]}' picks an output of a multi-output "
                                  f"reduction, but {base.op}(...) has one value")
