@@ -233,11 +233,21 @@ class RuleFileLoader:
         bound = lhs_b.names | lhs_b.binder_vars | lhs_b.ranges
         withs: dict = {}
         rhs_b = _PatternBuilder(text, filename, withs, lhs=False)
+        with_names = [str(w.children[0]) for w in with_trees]
         for w in with_trees:
             wname, wexpr = w.children
             if str(wname) in bound or str(wname) in withs:
                 raise error_at(wname, f"'{wname}' is already bound in this rule", text, filename)
+            start = len(rhs_b.refs)
             withs[str(wname)] = rhs_b.build(wexpr)
+            for ref, node in rhs_b.refs[start:]:    # the pattern and earlier withs only
+                if ref == str(wname):
+                    raise error_at(node, f"'with {ref} = ...' uses '{ref}' in its own "
+                                         "definition", text, filename)
+                if ref in with_names and ref not in withs:
+                    raise error_at(node, f"'{ref}' is used before the 'with' that defines "
+                                         "it (a 'with' may use the pattern's variables and "
+                                         "earlier 'with' names)", text, filename)
         rhs = rhs_b.build(rhs_tree)
         for ref, node in rhs_b.refs:
             if ref not in bound and ref not in withs:
