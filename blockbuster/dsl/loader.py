@@ -159,6 +159,8 @@ class RuleFileLoader:
         self._phase_refs: list[tuple] = []     # guards naming a phase, checked at the end
         self._rule_toks: dict[str, tuple] = {}  # rule -> (name token, text, file), for errors
         self._schedules: dict[str, int] = {}    # file -> the line of its schedule
+        self._phase_toks: dict[str, tuple] = {}  # phase -> (name token, text, file)
+        self._schedule_at: tuple | None = None   # (file, phases before it, line)
 
     # -- files -----------------------------------------------------------------
     def load_file(self, path: Path, display: str | None = None) -> None:
@@ -330,6 +332,7 @@ class RuleFileLoader:
                                text, filename)
         self.phases.append(Phase(str(name_tok), tuple(str(t) for t in rule_toks),
                                  SourceLoc(filename, name_tok.line, name_tok.column)))
+        self._phase_toks[str(name_tok)] = (name_tok, text, filename)
 
     def _schedule(self, item, text, filename, base):
         first = self._schedules.get(filename)
@@ -342,6 +345,28 @@ class RuleFileLoader:
             if str(tok) not in known:
                 raise error_at(tok, f"schedule names unknown phase '{tok}'", text, filename)
         self.schedule = tuple(str(t) for t in item.children)
+        # Phases declared before it in included files may be left out on purpose (a
+        # subset of the default set); the file's own phases, and later ones, not.
+        self._schedule_at = (filename, len(self.phases), item.meta.line)
+
+    def _check_phases_run(self) -> None:
+        """A phase that neither the schedule nor a guard (lookahead) names never runs:
+        an error, as a rule in no phase is, for the phases of the schedule's own file
+        and those declared after it (an included file's may be left out on purpose)."""
+        if self._schedule_at is None:
+            return          # no schedule: every phase runs, in declaration order
+        filename, before, line = self._schedule_at
+        used = set(self.schedule) | {ref[0] for ref in self._phase_refs}
+        for n, phase in enumerate(self.phases):
+            if phase.name in used or (n < before and phase.loc.file != filename):
+                continue
+            tok, text, phase_file = self._phase_toks[phase.name]
+            hint = ("name it in the schedule" if phase_file == filename else
+                    "write a schedule in this file that names it (a later schedule "
+                    "replaces an included one)")
+            raise error_at(tok, f"phase '{phase.name}' is not in the schedule ({filename}:"
+                                f"{line}: {', '.join(self.schedule)}) and no guard names it, "
+                                f"so it would never run: {hint}", text, phase_file)
 
     def result(self) -> RuleSet:
         known = {p.name for p in self.phases}
@@ -356,6 +381,7 @@ class RuleFileLoader:
                 raise error_at(tok, f"rule '{name}' is in no phase, so it would never run: "
                                     "name it in a phase (and that phase in the schedule)",
                                text, filename)
+        self._check_phases_run()
         if not phases:      # no phases: every rule in one phase, in file order
             phases = (Phase("all", tuple(self.rules), SourceLoc("<implicit>", 0, 0)),)
         schedule = self.schedule or tuple(p.name for p in phases)
