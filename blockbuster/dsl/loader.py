@@ -22,7 +22,7 @@ from ..ir.combiners import COMBINERS
 from ..ir.grammar import error_at, parse
 from ..ir.parser import TermBuilder
 from .ast import Guard, Phase, RuleDef, RuleSet, SourceLoc
-from .vocabulary import ACTIONS, DEPRECATED_ACTIONS, GUARDS
+from .vocabulary import ACTION_GUARDS, ACTIONS, DEPRECATED_ACTIONS, GUARDS
 
 
 def shipped_rulesets_dir() -> Path:
@@ -295,6 +295,9 @@ class RuleFileLoader:
             args = [a for a in args if a is not None]
             gname = str(name_tok)
             _check_vocabulary(GUARDS, "guard predicate", "guard", name_tok, args, text, filename)
+            if gname in ACTION_GUARDS and "array" not in names_by_kind:
+                raise error_at(name_tok, f"guard '{gname}' prices an action's result: only "
+                                         "an 'apply' rule can take it", text, filename)
             kinds = GUARDS[gname][0]
             names = []
             for arg, kind in zip(args, kinds):

@@ -37,6 +37,9 @@ GUARDS: dict[str, tuple[tuple[str, ...], str]] = {
                                "local tier of the hardware"),
 }
 
+#: Guards that price an action's result: a rewrite rule cannot take them.
+ACTION_GUARDS = frozenset({"cheaper", "cheaper_after", "fits_after"})
+
 #: name -> (parameter kinds, one-line meaning)
 ACTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "inline": (("array",), "replace a load of X by the expression its producer stores "
