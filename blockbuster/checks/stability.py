@@ -3,7 +3,7 @@
 Each rule's two sides are evaluated on the same float32-representable inputs in
 float32 and in float64, on wide-range distributions: logits up to ±120 (also wholly positive or negative
 inputs of magnitude 60..120, where exp overflows alone but not in a difference) and ±1e4,
-rows offset by +1e3 or +1e5 (a large mean), tiny (1e-30) and huge (1e20)
+rows offset by +1e3 or +1e5 (a large mean), small (1e-4), tiny (1e-30) and huge (1e20)
 magnitudes. Taking the float64 left side as the truth, a rule is flagged when its
 right side
 
@@ -44,7 +44,7 @@ EPS32 = float(np.finfo(np.float32).eps)
 OVERFLOW_MARGIN = 1e34
 AGREE = 1e-4                     # float64 sides this close count as the same value
 STABILITY_KINDS = ("normal", "logits", "logits_edge", "logits_wide", "offset", "offset_large",
-                   "tiny", "huge")
+                   "small", "tiny", "huge")
 
 
 def stability_values(program, kind: str, rng: np.random.Generator) -> dict:
@@ -60,6 +60,9 @@ def stability_values(program, kind: str, rng: np.random.Generator) -> dict:
              "logits_wide": lambda: rng.uniform(-1e4, 1e4, shape),
              "offset": lambda: 1e3 + normal,
              "offset_large": lambda: 1e5 + normal * 10,
+             # Small but resolved in float64: a difference of nearby values of
+             # order 1 (2·sigmoid(2x) - 1 for tanh x) loses what float32 cannot hold.
+             "small": lambda: normal * 1e-4,
              "tiny": lambda: normal * 1e-30,
              "huge": lambda: normal * 1e20}[kind]()
         out[name] = np.asarray(v, np.float32)
