@@ -353,23 +353,30 @@ class RuleFileLoader:
         self._schedule_at = (filename, len(self.phases), item.meta.line)
 
     def _check_phases_run(self) -> None:
-        """A phase that neither the schedule nor a guard (lookahead) names never runs:
-        an error, as a rule in no phase is, for the phases of the schedule's own file
-        and those declared after it (an included file's may be left out on purpose)."""
+        """A rule whose phases neither the schedule nor a guard (lookahead) names never
+        runs: an error, as a rule in no phase is, for the phases of the schedule's own
+        file and those declared after it (an included file's may be left out on
+        purpose, its rules with them)."""
         if self._schedule_at is None:
             return          # no schedule: every phase runs, in declaration order
         filename, before, line = self._schedule_at
-        used = set(self.schedule) | {ref[0] for ref in self._phase_refs}
+        runs = set(self.schedule) | {ref[0] for ref in self._phase_refs}
+        running = {r for p in self.phases if p.name in runs for r in p.rules}
         for n, phase in enumerate(self.phases):
-            if phase.name in used or (n < before and phase.loc.file != filename):
+            if phase.name in runs or (n < before and phase.loc.file != filename):
                 continue
+            lost = [r for r in phase.rules if r not in running]
+            if not lost:
+                continue    # its rules all run in other phases
             tok, text, phase_file = self._phase_toks[phase.name]
             hint = ("name it in the schedule" if phase_file == filename else
                     "write a schedule in this file that names it (a later schedule "
                     "replaces an included one)")
+            rules = (f"rule '{lost[0]}'" if len(lost) == 1 else
+                     "rules " + ", ".join(f"'{r}'" for r in lost))
             raise error_at(tok, f"phase '{phase.name}' is not in the schedule ({filename}:"
                                 f"{line}: {', '.join(self.schedule)}) and no guard names it, "
-                                f"so it would never run: {hint}", text, phase_file)
+                                f"so its {rules} would never run: {hint}", text, phase_file)
 
     def result(self) -> RuleSet:
         known = {p.name for p in self.phases}
