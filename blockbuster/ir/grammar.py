@@ -90,18 +90,21 @@ _STATEMENT_WORDS = frozenset({"rule", "phase", "schedule", "include", "program",
                               "input", "weight", "output", "array", "kernel", "let"})
 
 
-def _cut_short(text: str, pos: int, value: str,
-               expected: str) -> tuple[int, int, str] | None:
+def _cut_short(text: str, pos: int, value: str, expected: str,
+               previous=None) -> tuple[int, int, str] | None:
     """For an unexpected statement word that begins its line, or an unexpected token
-    right after one, the place where the line before ends and a message saying that
-    line is incomplete."""
+    right after one read as a name, the place where the line before ends and a
+    message saying that line is incomplete. ``previous``: the token before, where Lark
+    knows it (a statement word read as its keyword began a statement: the slip is
+    in that statement, `schedule p` without its colon, not in the line before)."""
     before = text[:pos].rstrip(" \t")
     start = max(before.rfind("\n"), before.rfind("\r")) + 1
     word = before[start:].strip()
+    as_keyword = previous is not None and previous.type in (str(previous).upper(), "ROLE")
     if not word and value in _STATEMENT_WORDS:     # the token itself begins the line
         word, wanted = value, f", expected {expected}"
-    elif word in _STATEMENT_WORDS:                 # read as a name: Lark's list is no help
-        wanted = ""
+    elif word in _STATEMENT_WORDS and not as_keyword:   # read as a name: Lark's list
+        wanted = ""                                     # is no help
     else:
         return None
     lines = text[:start].splitlines()
@@ -132,8 +135,9 @@ def _parse(text: str, start: str, filename: str) -> lark.Tree:
             line, col = tok.line, tok.column
             message = (f"unexpected {tok.value!r}, expected "
                        f"{_describe_expected(err.expected)}")
+            history = getattr(err, "token_history", None) or [None]
             cut = _cut_short(text, tok.start_pos, tok.value,
-                             _describe_expected(err.expected))
+                             _describe_expected(err.expected), history[-1])
             if cut is not None:
                 line, col, message = cut
         raise SourceError(message, filename, line, col, _line(text, line)) from None
