@@ -161,6 +161,7 @@ class RuleFileLoader:
         self._schedules: dict[str, int] = {}    # file -> the line of its schedule
         self._phase_toks: dict[str, tuple] = {}  # phase -> (name token, text, file)
         self._schedule_at: tuple | None = None   # (file, phases before it, line)
+        self._including: list[tuple] = []       # (file, include token, text), outermost first
 
     # -- files -----------------------------------------------------------------
     def load_file(self, path: Path, display: str | None = None) -> None:
@@ -198,11 +199,15 @@ class RuleFileLoader:
         if not raw.strip():
             raise error_at(item.children[0], "include names no file", text, filename)
         local = (base or Path.cwd()) / raw
-        if local.is_file():
-            return self.load_file(local, str(Path(filename).parent / raw))
         shipped = shipped_rulesets_dir() / raw
-        if shipped.is_file():
-            return self.load_file(shipped)
+        if local.is_file() or shipped.is_file():
+            self._including.append((filename, item.children[0], text))
+            try:
+                if local.is_file():
+                    return self.load_file(local, str(Path(filename).parent / raw))
+                return self.load_file(shipped)
+            finally:
+                self._including.pop()
         if local.is_dir():
             raise error_at(item.children[0], f"included {raw} is a directory, not a rule file",
                            text, filename)
@@ -343,6 +348,13 @@ class RuleFileLoader:
             raise error_at(item, f"a second schedule in this file (the first is at line "
                                  f"{first}); a rule file has at most one", text, filename)
         self._schedules[filename] = item.meta.line
+        owner = self._schedule_at[0] if self._schedule_at is not None else None
+        for including, tok, including_text in self._including:
+            if including == owner:      # an included file would replace its includer's
+                raise error_at(tok, f"this file's schedule (line {self._schedules[owner]}) "
+                                    f"would be replaced by the included file's ({filename}:"
+                                    f"{item.meta.line}): include it before the schedule",
+                               including_text, including)
         known = {p.name for p in self.phases}
         for tok in item.children:
             if str(tok) not in known:
