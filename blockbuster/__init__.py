@@ -16,7 +16,8 @@ need the IR do not pay for the rest.
 
 from __future__ import annotations
 
-from .errors import BackendError, BlockbusterError, IRError, SourceError, UsageError
+from .errors import (BackendError, BlockbusterError, IRError, SourceError, UntrustedRulesError,
+                     UsageError)
 
 __version__ = "0.1.0"
 
@@ -24,6 +25,7 @@ __all__ = [
     "workload", "from_torch", "fuse", "compile", "cost", "parse_program", "format_program", "verify",
     "load_rules", "Limits",
     "BlockbusterError", "UsageError", "IRError", "BackendError", "SourceError",
+    "UntrustedRulesError",
     "__version__",
 ]
 
@@ -42,12 +44,15 @@ def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int):
 
 
 def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
-         verify_steps=False, progress=None):
+         verify_steps=False, progress=None, trust_rules=False):
     """Rewrite ``program`` with the fusion rules; returns a ``FusionResult``
     (``program``, ``trace``, ``stop_reason``, ``seconds``).
 
     ``rules``: a RuleSet (``blockbuster.load_rules(path)``) or rule file path(s),
-    default the shipped default rules; ``limits``: ``blockbuster.Limits``; ``verify_steps``: re-run the
+    default the shipped default rules. The rules of your own files are checked for
+    soundness and stability first (once per file content: the verdict is cached) and
+    an unsound or unstable one raises ``UntrustedRulesError``; ``trust_rules=True``
+    skips the check. ``limits``: ``blockbuster.Limits``; ``verify_steps``: re-run the
     reference interpreter after every step and raise at the first step that changes
     the outputs (use small sizes: the interpreter is slow). A program too large to be
     one fusion candidate is fused by candidate selection (``result.pieces`` lists the
@@ -69,7 +74,11 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
             raise UsageError(f"limits: expected a blockbuster.Limits (Limits(max_steps=..., "
                              f"max_seconds=...)), got {type(limits).__name__}")
     hardware = resolve_hardware(hardware)
+    given = rules
     rules = _rule_set(rules)
+    if given is not None and not trust_rules:
+        from .rulecheck import require_trusted
+        require_trusted(rules, hardware, "trust_rules=True")
     if verify_steps:
         from .checks.verify_steps import StepVerifier
         step_check = StepVerifier(program)

@@ -37,6 +37,14 @@ class BackendError(BlockbusterError):
     """A backend is unknown, broken, or cannot run a program."""
 
 
+class UntrustedRulesError(BlockbusterError):
+    """Rules of the user's own rule files failed the soundness or stability check, so
+    they are not used (``trust_rules=True`` uses them anyway). Exit status 1, as
+    ``run --rules`` with such rules."""
+
+    exit_code = 1
+
+
 class SourceError(BlockbusterError):
     """An error located in a text file: ``FILE:LINE:COL: message``.
 

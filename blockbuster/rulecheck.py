@@ -92,3 +92,28 @@ def check_user_rules(rules: RuleSet, hardware: Hardware, trials: int = DEFAULT_T
     except OSError:
         pass
     return findings, False
+
+
+def require_trusted(rules: RuleSet, hardware: Hardware, where: str) -> None:
+    """Raise :class:`~blockbuster.errors.UntrustedRulesError` if a rule of the user's own
+    files in ``rules`` is unsound or unstable (checked once per file content: cached);
+    ``where`` names the escape hatch (``trust_rules=True``) in the message."""
+    if not user_rules(rules):
+        return                          # the shipped rule sets: checked by the tests
+    findings, _cached = check_user_rules(rules, hardware)
+    failed = [f for f in findings if f["failed"]]
+    if not failed:
+        return
+    from .errors import UntrustedRulesError
+    what = " or ".join(sorted({"unsound" if f["kind"] == "soundness" else "unstable"
+                               for f in failed}))
+    first = failed[0]
+    head = first["text"].splitlines()[0]
+    why = next((line.strip() for line in first["detail"].splitlines()
+                if line.strip() and not line.strip().startswith(("rule ", "^"))), "")
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    files = " ".join(sorted({f["location"].rsplit(":", 2)[0] for f in failed}))
+    raise UntrustedRulesError(
+        f"{what} rule{'s' if len(failed) > 1 else ''} not used: {head}"
+        f"{' — ' + why if why else ''}{more}; `python -m blockbuster rules check {files}` "
+        f"shows why; fix the rule, or pass {where} to use it anyway")

@@ -14,11 +14,12 @@ import blockbuster as bb
 def test_stable_names():
     for name in ("workload", "compile", "cost", "fuse", "parse_program", "format_program",
                  "verify", "BlockbusterError", "UsageError", "IRError", "BackendError",
-                 "SourceError"):
+                 "SourceError", "UntrustedRulesError"):
         assert hasattr(bb, name), name
         assert name in bb.__all__
     assert all(issubclass(e, bb.BlockbusterError)
-               for e in (bb.UsageError, bb.IRError, bb.BackendError, bb.SourceError))
+               for e in (bb.UsageError, bb.IRError, bb.BackendError, bb.SourceError,
+                         bb.UntrustedRulesError))
 
 
 def test_import_is_light():
@@ -79,6 +80,25 @@ def test_fuse_takes_rule_file_paths_and_refuses_what_is_not_a_program(tmp_path):
     for call in (bb.fuse, bb.compile):
         with pytest.raises(bb.UsageError, match="expected a block program"):
             call("attention")
+
+
+def test_fuse_refuses_an_unsound_rule_of_your_own_unless_trusted(tmp_path, monkeypatch):
+    """Rules from your own files are checked before fuse uses them, as `run --rules`
+    does: exp(a + b) is not exp(a) + exp(b)."""
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "mine.bbr"
+    path.write_text("rule split_exp: exp(add(a, b)) => add(exp(a), exp(b))\n")
+    program = bb.parse_program("program e\ndim N = 20 block 8\ninput A[N]\ninput B[N]\n"
+                               "output C[N]\nkernel C for n in N:\n"
+                               "  C[n] = exp(add(A[n], B[n]))\n")
+    with pytest.raises(bb.UntrustedRulesError) as err:
+        bb.fuse(program, rules=str(path))
+    message = str(err.value)
+    assert "\n" not in message and f"{path}:1:6: split_exp: UNSOUND" in message
+    assert "counterexample" in message and "trust_rules=True" in message
+    assert err.value.exit_code == 1
+    trusted = bb.fuse(program, rules=str(path), trust_rules=True)
+    assert trusted.rule_counts() == {"split_exp": 1}
 
 
 @pytest.mark.parametrize("call,fragment", [

@@ -122,6 +122,29 @@ def test_weight_preparation_runs_once_not_on_every_call(monkeypatch):
     assert not weight_derived_kernels(region.compiled.program)  # a call does not
 
 
+def test_an_unsound_rule_file_is_refused_unless_trusted(tmp_path):
+    """The ``rules`` option's own rules are checked, as blockbuster.fuse checks them."""
+    from blockbuster.errors import UntrustedRulesError
+    path = tmp_path / "mine.bbr"
+    path.write_text('include "default.bbr"\n'
+                    "rule silu_is_x: silu(x) => x\nphase mine: silu_is_x\n"
+                    "schedule: mine, fuse, algebra, safety, merge, cancel, hold, interchange,"
+                    " remerge, prepare\n")
+    model, x = Block().eval(), torch.randn(1, 5, 48)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "rules": str(path)})
+    with pytest.raises(Exception) as err:
+        compiled(x)
+    assert "silu_is_x: UNSOUND" in str(err.value) and "'trust_rules': True" in str(err.value)
+    assert isinstance(err.value, UntrustedRulesError) or "UntrustedRulesError" in repr(err.value)
+    from blockbuster.frontend.pytorch.dynamo import CompileOptions
+    trusted = CompileOptions.parse({"backend": "reference", "rules": str(path),
+                                    "trust_rules": True})
+    assert "silu_is_x" in trusted.rules.rules
+    with pytest.raises(UsageError, match="'trust_rules' must be True or False"):
+        CompileOptions.parse({"rules": str(path), "trust_rules": "yes"})
+
+
 def test_unknown_option_is_a_clear_error():
     compiled = torch.compile(Block().eval(), backend="blockbuster", options={"blokcs": {}})
     with pytest.raises(Exception) as err:

@@ -11,9 +11,10 @@ time. A region's parameters are read when it is compiled; if one changes (its
 
 Options (``torch.compile(..., options={...})``): ``backend`` (a registered backend
 name; default the best installed: Numba, else the reference interpreter), ``rules``
-(a .bbr path or a list of them; default the shipped rules), ``blocks`` (block sizes
-by dimension name) and ``hardware`` (a ``blockbuster.cost.Hardware``; default the
-backend's), ``tune`` (``"model"``, ``"measure"`` or ``"off"``; default
+(a .bbr path or a list of them; default the shipped rules; checked for soundness
+and stability first, as by ``blockbuster.fuse``, unless ``trust_rules`` is True),
+``blocks`` (block sizes by dimension name) and ``hardware`` (a
+``blockbuster.cost.Hardware``; default the backend's), ``tune`` (``"model"``, ``"measure"`` or ``"off"``; default
 ``$BLOCKBUSTER_TUNE``, else ``"model"``): without ``blocks``, each region's free
 block sizes (every tiled dimension not split into heads) are chosen for the backend
 by :mod:`blockbuster.tuning`, each candidate lowered and fused again; the choice is
@@ -32,7 +33,7 @@ import numpy as np
 from ...errors import BlockbusterError, UsageError
 from .dims import ImportError_
 
-_OPTIONS = ("backend", "rules", "blocks", "hardware", "tune")
+_OPTIONS = ("backend", "rules", "trust_rules", "blocks", "hardware", "tune")
 
 
 @attrs.frozen
@@ -57,12 +58,19 @@ class CompileOptions:
         if rules is not None and not hasattr(rules, "rules"):
             from ...dsl.loader import load_rules
             rules = load_rules(*([rules] if isinstance(rules, str) else rules))
+        hardware = options.get("hardware") or backend.hardware
+        trust = options.get("trust_rules", False)
+        if not isinstance(trust, bool):
+            raise UsageError(f"torch.compile(backend='blockbuster'): option 'trust_rules' "
+                             f"must be True or False, got {trust!r}")
+        if rules is not None and not trust:     # as blockbuster.fuse: checked first
+            from ...rulecheck import require_trusted
+            require_trusted(rules, hardware, "options={'trust_rules': True}")
         from ...tuning import resolve_mode
         from .dims import check_blocks
         blocks = options.get("blocks")
         return cls(name, rules, None if blocks is None else check_blocks(blocks),
-                   options.get("hardware") or backend.hardware,
-                   resolve_mode(options.get("tune"), "model"))
+                   hardware, resolve_mode(options.get("tune"), "model"))
 
 
 def blockbuster_backend(gm, example_inputs, options=None, **_ignored):
