@@ -21,11 +21,34 @@ from .subst import replace_in_kernel, replace_nodes, substitute_index
 def find_hold(program: Program) -> Iterator[Application]:
     """Every (kernel, inner parallel loop) that could become a local map."""
     for kernel in program.kernels:
-        for var, dim in kernel.loops[1:]:          # keep at least one parallel loop
+        if len(kernel.loops) < 2:                  # keep at least one parallel loop
+            continue
+        # Inner loops first; the outermost one only where the kernel recomputes, for
+        # every one of its indices, a reduction over that loop's whole dimension (a
+        # softmax or a norm over columns: the mirror of a row's, held the same way).
+        outer = [kernel.loops[0]] if _recomputes_whole_reduction(kernel, *kernel.loops[0]) else []
+        for var, dim in [*kernel.loops[1:], *outer]:
             # ':' subscripts peel maps outermost first: the new map goes outside, so
             # its subscript must come before any existing ':'.
             if all(_held_first(s.index, var) for s in kernel.stores):
                 yield _hold_application(program, kernel, var, dim)
+
+
+def _recomputes_whole_reduction(kernel: Kernel, var: str, dim: str) -> bool:
+    """A reduction over all of ``dim`` that does not depend on the loop ``var`` over
+    ``dim``: computed again for every index of ``var`` unless the loop is held."""
+    seen: set = set()
+    stack = [s.value for s in kernel.stores]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if (n.op == "reduce" and n.attr.dim == dim and n.attr.lo is None
+                and n.attr.hi is None and var not in n.free_vars):
+            return True
+        stack.extend(n.args)
+    return False
 
 
 def _held_first(index, var) -> bool:
