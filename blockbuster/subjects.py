@@ -93,6 +93,10 @@ def _resize(program: Program, sizes: dict, blocks: dict, what: str) -> Program:
         if name not in known:
             raise UsageError(f"{what}: no dimension {name} (dimensions: "
                              f"{', '.join(sorted(known))})")
+    for d in program.dims:
+        if d.point and d.name in blocks:
+            raise UsageError(f"{what}: --block {d.name}: {d.name} is a point dimension "
+                             f"(iterated one index at a time), it has no block size")
     dims = []
     for d in program.dims:
         size = sizes.get(d.name, d.size)

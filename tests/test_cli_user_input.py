@@ -383,6 +383,17 @@ def test_a_program_files_given_blocks_are_reported(tmp_path, capsys):
         capsys.readouterr().out
 
 
+def test_a_block_size_for_a_point_dimension_is_refused(tmp_path, capsys):
+    # Before: `--block H=2` was ignored (H stays one index at a time) while the report
+    # said "given H=2".
+    (tmp_path / "p.bbp").write_text(PROGRAM.replace("dim N = 100 block 32\n",
+                                                    "dim N = 100 block 32\ndim H = 4 point\n"))
+    err = _fails(["run", str(tmp_path / "p.bbp"), "--backend", "reference",
+                  "--block", "H=2"], capsys)
+    assert err == (f"error: {tmp_path / 'p.bbp'}: --block H: H is a point dimension "
+                   "(iterated one index at a time), it has no block size\n")
+
+
 def test_carets_line_up_after_tabs_and_old_mac_line_ends(tmp_path, capsys):
     # A tab before the error put the caret columns short of it; a file with lone CR
     # line ends was one line to Lark (1:34) but several to the excerpt.
