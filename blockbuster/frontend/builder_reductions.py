@@ -42,6 +42,11 @@ class ReductionOps:
     def linear(self, x: Tensor, w: Tensor, bias: Tensor | None = None,
                name: str | None = None) -> Tensor:
         """``x @ wᵀ (+ bias)`` for ``w[out, in]`` (``torch.nn.Linear``'s layout)."""
+        if len(x.dims) >= 2 and len(w.dims) == 2 and w.dims[-1] != x.dims[-1]:
+            raise IRError(f"linear {x.name}, {w.name}: the weight is [out, in] "
+                          f"(torch.nn.Linear's layout), so it needs {x.dims[-1]} last; "
+                          f"got {w.name}{list(w.dims)} (for {x.name} @ {w.name} with "
+                          f"{w.name}[in, out], use matmul)")
         y = self.matmul(x, w, transpose_b=True, name=None if bias is not None else name)
         return self.add(y, bias, name) if bias is not None else y
 

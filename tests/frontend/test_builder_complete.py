@@ -340,6 +340,9 @@ def test_mismatched_dimensions_name_the_tensors():
     with pytest.raises(IRError) as err:
         g.matmul(x, w)
     _one_line(err, "X", "W", "E", "F")
+    with pytest.raises(IRError) as err:                  # linear's weight is [out, in]
+        g.linear(x, g.weight("W2", "E", "F"))
+    _one_line(err, "linear", "W2", "[out, in]", "matmul")
     with pytest.raises(IRError) as err:
         g.add(x, g.input("Z", "T", "F"))
     _one_line(err, "X", "Z")
