@@ -89,6 +89,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
 
     subject = target if isinstance(target, Subject) else timed(
         "build", load_subject, target, sizes, blocks, inputs_file)
+    check_fits_memory(subject.program)   # before tuning, which runs the real shapes
     tuning = choose_blocks(target, subject, sizes, blocks, backend, tune, rules, limits,
                            tune_timer, tune_budget, timed)
     if tuning.pop("_rebuild"):
