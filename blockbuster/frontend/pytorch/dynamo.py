@@ -377,6 +377,9 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
     # the regions' arguments include the fuser's own getitem nodes (one region's
     # output read by another): record the values of the fused graph's nodes too
     recorded = {**recorded, **record_graph(fused_gm, flat_inputs(ep, example_inputs))}
+    # ... and which of them depend on the inputs: another region's output (read
+    # through those getitem nodes) is data, never a constant of the region
+    dynamic = dynamic | input_dependent(fused_gm.graph, kind)
     for node in list(fused_gm.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
             continue

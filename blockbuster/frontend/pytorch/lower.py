@@ -246,7 +246,7 @@ def input_dependent(graph, kind: dict) -> set:
             if kind.get(node.name) == "USER_INPUT" and \
                     hasattr(node.meta.get("val"), "shape"):
                 dynamic.add(node.name)
-        elif node.op == "call_function":
+        elif node.op in ("call_function", "call_module"):
             if any(a.name in dynamic for a in node.all_input_nodes):
                 dynamic.add(node.name)
     return dynamic
