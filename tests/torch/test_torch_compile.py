@@ -252,6 +252,35 @@ def test_a_region_reads_another_regions_output(monkeypatch):
     assert len(builds) == len(set(builds)) >= 2
 
 
+class HeadsAroundABreak(torch.nn.Module):
+    """The first region returns a transposed head view; the second merges the heads
+    back with a ``view``, traced for the strides of that transpose."""
+
+    def __init__(self, e=24, h=3):
+        super().__init__()
+        self.h = h
+        self.a = torch.nn.Linear(e, e)
+        self.b = torch.nn.Linear(e, e)
+
+    def forward(self, x):
+        b, t, e = x.shape
+        q = self.a(x).view(b, t, self.h, e // self.h).transpose(1, 2)
+        return self.b((q * torch.cumsum(q, -1)).transpose(1, 2).reshape(b, t, e))
+
+
+def test_region_outputs_keep_their_traced_strides():
+    """A region's output has the strides PyTorch gave it, so the second region can be
+    rebuilt from the inputs of a call (a changed parameter) and its ``view`` holds."""
+    model = HeadsAroundABreak().eval()
+    x = torch.randn(2, 19, 24)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with torch.no_grad():
+        assert _close(compiled(x), model(x))
+        model.b.weight.mul_(-2.0)
+        assert _close(compiled(x), model(x))
+
+
 class PatchEmbed(torch.nn.Module):
     """A ViT patch embedding: a convolution and a flatten (both left to PyTorch),
     then a projection."""
