@@ -158,6 +158,9 @@ def _call_factory(path: str, attr: str):
     name = f"_blockbuster_factory_{abs(hash(str(file.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
+    # registered, as an imported module is: torch.export's strict capture (which
+    # records the model's own source lines for error messages) looks it up by name
+    sys.modules[name] = module
     sys.path.insert(0, str(file.resolve().parent))
     try:
         spec.loader.exec_module(module)

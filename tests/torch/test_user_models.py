@@ -225,6 +225,12 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
             torch.manual_seed(0)
             return (torch.nn.Sequential(torch.nn.LayerNorm(37), torch.nn.Linear(37, 1)),
                     (torch.randn(1, 37) * 1e3,))
+
+        def running(x):
+            return torch.cumsum(x, -1)
+
+        def unsupported():
+            return running, (torch.randn(4, 8),)
     """))
     for factory in ("scaled", "one_row"):
         status = cli.main(["run", f"{tmp_path / 'mine.py'}:{factory}", "--backend",
@@ -232,6 +238,11 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
         out = capsys.readouterr()
         assert status == 0, out.err
         assert json.loads(out.out)["validation"]["passed"]
+    # a plain function's unsupported operator names the factory file's line
+    status = cli.main(["run", f"{tmp_path / 'mine.py'}:unsupported"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "mine.py:17: unsupported operator aten.cumsum" in err, err
 
 
 def test_compiled_regions_say_once_that_they_run_without_autograd(_dynamo):
