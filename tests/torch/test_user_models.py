@@ -468,7 +468,10 @@ def test_multihead_attention_module(causal, batch):
     def attend(x):
         return mha(x, x, x, need_weights=False, attn_mask=mask)[0]
     x = torch.randn(batch, t, e)
-    got, _, _ = run_imported(attend, x, fuse=True, backend="numba")
+    got, _, low = run_imported(attend, x, fuse=True, backend="numba")
+    # the causal mask, recognised from its values, is no weight of the program
+    assert set(low.weights) == set(low.program.weights)
+    assert all(tuple(low.program.shape(w)) != (t, t) for w in low.program.weights)
     p = {n: q.detach().double().numpy() for n, q in mha.named_parameters()}
     d, want = e // h, []
     for xn in x.double().numpy():

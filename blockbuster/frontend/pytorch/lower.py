@@ -300,13 +300,19 @@ def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
     low = Lowering(source, planner, name)
     outputs = low.run()
     k = low.k
-    in_names = tuple(b.name for b in low.inputs) + tuple(low.weight_order)
+    # a folded constant no kernel reads (a causal mask recognised from its values,
+    # which became the attention's causal range) is not a weight of the program
+    read = set().union(*(kern.reads() for kern in k.kernels))
+    weight_order = [w for w in low.weight_order if w in read]
+    weights = {w: low.weights[w] for w in weight_order}
+    in_names = tuple(b.name for b in low.inputs) + tuple(weight_order)
     out_names = tuple(b.name for b in outputs)
-    rest = tuple(n for n in k.arrays if n not in in_names and n not in out_names)
+    rest = tuple(n for n in k.arrays if n not in in_names and n not in out_names
+                 and n not in low.weights)
     arrays = tuple(k.arrays[n] for n in in_names + out_names + rest)
     used = {d for a in arrays for d in a.dims} | dims_named_by(k.kernels)
     dims = tuple(d for d in planner.dims() if d.name in used)
     program = Program(name, dims, arrays, in_names, out_names, tuple(k.kernels),
-                      tuple(low.weight_order))
-    return Lowered(verify(program), tuple(low.inputs), outputs, low.weights,
+                      tuple(weight_order))
+    return Lowered(verify(program), tuple(low.inputs), outputs, weights,
                    frozenset(planner.fixed_blocks))
