@@ -350,3 +350,15 @@ def test_log1p_and_expm1_in_torch_modules_with_their_module_named():
         assert np.abs(got[0] - want).max() / max(1.0, np.abs(want).max()) < 1e-6
     with pytest.raises(ImportError_, match=r"^module 1 \(Softshrink\): unsupported operator"):
         lower_module(torch.nn.Sequential(lin, torch.nn.Softshrink()), x)
+
+
+def test_tensors_made_like_an_input_are_constants():
+    """``zeros_like(x)``, ``ones_like(x)``, ``x.new_full(...)`` depend on x's shape
+    only: folded at import (they were unsupported operators)."""
+    def clipped(x):
+        return torch.maximum(x, torch.zeros_like(x)) + 2 * torch.ones_like(x) \
+            + x.new_full(x.shape, 0.5)
+    x = torch.randn(3, 17, 40) * 1e3
+    got, _, low = run_imported(clipped, x)
+    x64 = x.double().numpy()
+    assert max_rel_error(got[0], np.maximum(x64, 0) + 2.5) < 1e-6

@@ -239,6 +239,12 @@ def _torch():
     return torch
 
 
+#: Operators whose value depends on their operand's shape only (sizes are fixed at
+#: capture): ``torch.zeros_like(x)`` is a constant, folded at import.
+SHAPE_ONLY = frozenset(f"aten.{op}.default" for op in (
+    "full_like", "zeros_like", "ones_like", "new_zeros", "new_ones", "new_full"))
+
+
 def input_dependent(graph, kind: dict) -> set:
     dynamic = set()
     for node in graph.nodes:
@@ -246,6 +252,8 @@ def input_dependent(graph, kind: dict) -> set:
             if kind.get(node.name) == "USER_INPUT" and \
                     hasattr(node.meta.get("val"), "shape"):
                 dynamic.add(node.name)
+        elif node.op == "call_function" and str(node.target) in SHAPE_ONLY:
+            continue
         elif node.op in ("call_function", "call_module"):
             if any(a.name in dynamic for a in node.all_input_nodes):
                 dynamic.add(node.name)
