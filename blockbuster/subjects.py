@@ -145,6 +145,9 @@ def _from_factory(target: str, sizes: dict, blocks: dict) -> Subject:
             raise UsageError(f"{target}: --size does not apply to a PyTorch model (its "
                              f"example inputs fix the sizes)")
         model, example = made
+        if isinstance(example, dict):
+            raise UsageError(f"{target}: the example inputs are a dict: give them as a "
+                             f"tuple, in the order of the model's arguments")
         return torch_subject(target, model, tuple(example) if isinstance(
             example, (list, tuple)) else (example,), blocks)
     raise UsageError(f"{target}: the factory must return a Program or "

@@ -231,6 +231,9 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
 
         def unsupported():
             return running, (torch.randn(4, 8),)
+
+        def by_name():
+            return running, {"x": torch.randn(4, 8)}
     """))
     for factory in ("scaled", "one_row"):
         status = cli.main(["run", f"{tmp_path / 'mine.py'}:{factory}", "--backend",
@@ -243,6 +246,9 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert status == 2
     assert "mine.py:17: unsupported operator aten.cumsum" in err, err
+    status = cli.main(["run", f"{tmp_path / 'mine.py'}:by_name"])
+    err = capsys.readouterr().err
+    assert status == 2 and "example inputs are a dict" in err, err
 
 
 def test_compiled_regions_say_once_that_they_run_without_autograd(_dynamo):
