@@ -145,6 +145,22 @@ def test_an_unsound_rule_file_is_refused_unless_trusted(tmp_path):
         CompileOptions.parse({"rules": str(path), "trust_rules": "yes"})
 
 
+def test_an_internal_error_leaves_the_graph_to_pytorch_and_says_so(monkeypatch):
+    from blockbuster import fusion_cache
+    from blockbuster.errors import IRError
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+
+    def broken(*args, **kwargs):
+        raise IRError("kernel 'k': a bug")
+    monkeypatch.setattr(fusion_cache, "cached_fuse", broken)
+    model = Block().eval()
+    x = torch.randn(2, 37, 48)
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with torch.no_grad(), pytest.warns(FallbackWarning, match="internal error: IRError"):
+        assert _close(compiled(x), model(x))
+
+
 def test_unknown_option_is_a_clear_error():
     compiled = torch.compile(Block().eval(), backend="blockbuster", options={"blokcs": {}})
     with pytest.raises(Exception) as err:

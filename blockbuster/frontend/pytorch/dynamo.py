@@ -30,7 +30,7 @@ import warnings
 import attrs
 import numpy as np
 
-from ...errors import BlockbusterError, UsageError
+from ...errors import BlockbusterError, UntrustedRulesError, UsageError
 from .dims import ImportError_
 
 _OPTIONS = ("backend", "rules", "trust_rules", "blocks", "hardware", "tune")
@@ -150,6 +150,12 @@ def compile_graph(gm, example_inputs: list, opts: CompileOptions,
                         raise
                     # nothing to blame: compile the graph as regions, each of which
                     # is left to PyTorch alone if it cannot be compiled
+                except (UsageError, UntrustedRulesError):
+                    raise                              # the user's to fix
+                except BlockbusterError as exc:        # a bug: say so, run eagerly
+                    _report(f"the whole graph is left to PyTorch after an internal "
+                            f"error: {type(exc).__name__}: {exc}")
+                    return gm
             return _partitioned(ep, example_inputs, params, opts, unsupported)
         except ImportError_ as exc:
             if exc.node is None or exc.node in unsupported:
