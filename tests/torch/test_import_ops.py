@@ -362,3 +362,23 @@ def test_tensors_made_like_an_input_are_constants():
     got, _, low = run_imported(clipped, x)
     x64 = x.double().numpy()
     assert max_rel_error(got[0], np.maximum(x64, 0) + 2.5) < 1e-6
+
+
+def test_reductions_over_a_batch_or_head_axis():
+    """A sum, max or softmax over a leading axis (heads, batch) combines whole
+    blocks one index at a time: ``x.sum(1)`` of ``[B, H, T, E]`` failed ('blocks over
+    3 axes'), and the mean over heads of attention weights (``nn.MultiheadAttention``
+    with ``need_weights``) was an internal error."""
+    def f(x, q, k):
+        w = torch.bmm(q, k.transpose(1, 2)).softmax(-1).view(1, 4, 11, 13)
+        return x.sum(1), x - x.amax(1, keepdim=True), x.softmax(0), w.mean(dim=1)
+    x, q, k = torch.randn(2, 3, 19, 24) * 30, torch.randn(4, 11, 8), torch.randn(4, 13, 8)
+    got, _, _ = run_imported(f, x, q, k)
+    x64, q64, k64 = (t.double().numpy() for t in (x, q, k))
+    s = q64 @ k64.transpose(0, 2, 1)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    e = np.exp(x64 - x64.max(0))
+    want = [x64.sum(1), x64 - x64.max(1, keepdims=True), e / e.sum(0),
+            (w / w.sum(-1, keepdims=True)).mean(0)]
+    for g, wnt in zip(got, want):
+        assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-6

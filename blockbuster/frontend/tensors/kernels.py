@@ -194,7 +194,10 @@ class KernelEmitter:
             out = v if factor == 1 else self.elementwise(
                 "mul", [v, scalar_value(float(factor))], what, None if keepdim else name)
             return out if keepdim else drop_axis(out, axis)
-        self.planner.mark_tiled(cls)
+        if axis >= v.rank - 2:
+            # a row or column reduction; a leading axis (batch, heads) stays a point
+            # dimension unless something else tiles it: a reduction of whole blocks
+            self.planner.mark_tiled(cls)
         out_axes = v.axes[:axis] + v.axes[axis + 1:]
         out_shape = v.shape[:axis] + v.shape[axis + 1:]
         dim = self.planner.dim(cls).name
@@ -205,6 +208,11 @@ class KernelEmitter:
             full = tuple(index[:axis]) + (IVar(var),) + tuple(index[axis:])
             blk = self.block(v, full)
             t = self.tiled(v)
+            if not self.planner.planning and axis not in t:
+                # over a point dimension, one index at a time: blocks combined
+                # elementwise (the sum over heads of attention weights)
+                total = E.reduce(combiner, var, dim, blk)
+                return E.call("mul", total, E.const(scale)) if scale is not None else total
             if not self.planner.planning and len(t) != 2:
                 raise TensorError(f"{what}: reducing a tensor with blocks over {len(t)} "
                                    f"axis(es) is not supported (needs rows and columns)")
