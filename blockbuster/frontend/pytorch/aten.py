@@ -60,6 +60,22 @@ def _var(low, node, x, dims=None, correction=None, keepdim=False):
     return k.elementwise("sqrt", [var], node.name) if what == "std" else var
 
 
+@handles("linalg_vector_norm.default")
+def _vector_norm(low, node, x, ord=2, dim=None, keepdim=False, dtype=None):
+    """``x.norm(dim=...)``, ``F.normalize``'s norm: over one axis, for ``ord`` 2
+    (``sqrt(sum(x²))``), 1 (``sum(|x|)``) and ``inf`` (``max(|x|)``)."""
+    axis = _one_axis(x, dim, "norm")
+    k = low.k
+    if ord == 2:
+        total = k.reduce("sum", k.elementwise("square", [x], node.name), axis, node.name,
+                         keepdim)
+        return k.elementwise("sqrt", [total], node.name)
+    if ord in (1, float("inf")):
+        return k.reduce("sum" if ord == 1 else "max", k.elementwise("abs", [x], node.name),
+                        axis, node.name, keepdim)
+    raise ImportError_(f"norm of order {ord}: only 1, 2 and inf are supported")
+
+
 @handles("amax.default")
 def _amax(low, node, x, dims=(), keepdim=False):
     return low.k.reduce("max", x, _one_axis(x, dims, "amax"), node.name, keepdim)
