@@ -90,7 +90,7 @@ def check_user_rules(rules, hardware, as_json: bool = False) -> int | None:
     """``run --rules``: the soundness and stability check of the user's own rules,
     before they are used (cached). None when none fails; else the report is printed
     and the exit status returned."""
-    from .rulecheck import check_user_rules as check
+    from .rulecheck import check_user_rules as check, failure_kinds
     findings, _cached = check(rules, hardware)
     failed = [f for f in findings if f["failed"]]
     if not failed:
@@ -98,8 +98,7 @@ def check_user_rules(rules, hardware, as_json: bool = False) -> int | None:
     for f in failed:
         print(f["text"], file=sys.stderr)
     names = ", ".join(sorted({f["rule"] for f in failed}))
-    what = " or ".join(sorted({"unsound" if f["kind"] == "soundness" else "unstable"
-                               for f in failed}))
+    what = failure_kinds(failed)
     if as_json:
         print_json({"error": f"{what} rules in --rules: {names}", "unsound_rules": failed})
         return EXIT_VALIDATION_FAILED

@@ -105,8 +105,7 @@ def require_trusted(rules: RuleSet, hardware: Hardware, where: str) -> None:
     if not failed:
         return
     from .errors import UntrustedRulesError
-    what = " or ".join(sorted({"unsound" if f["kind"] == "soundness" else "unstable"
-                               for f in failed}))
+    what = failure_kinds(failed)
     first = failed[0]
     head = first["text"].splitlines()[0]
     why = next((line.strip() for line in first["detail"].splitlines()
@@ -117,3 +116,9 @@ def require_trusted(rules: RuleSet, hardware: Hardware, where: str) -> None:
         f"{what} rule{'s' if len(failed) > 1 else ''} not used: {head}"
         f"{' — ' + why if why else ''}{more}; `python -m blockbuster rules check {files}` "
         f"shows why; fix the rule, or pass {where} to use it anyway")
+
+
+def failure_kinds(failed: list[dict]) -> str:
+    """"unsound", "unstable" or "unsound or unstable": what the failed findings are."""
+    return " or ".join(sorted({"unsound" if f["kind"] == "soundness" else "unstable"
+                               for f in failed}))

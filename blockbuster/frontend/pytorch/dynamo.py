@@ -14,8 +14,8 @@ name; default the best installed: Numba, else the reference interpreter), ``rule
 (a .bbr path or a list of them; default the shipped rules; checked for soundness
 and stability first, as by ``blockbuster.fuse``, unless ``trust_rules`` is True),
 ``blocks`` (block sizes by dimension name) and ``hardware`` (a
-``blockbuster.cost.Hardware``; default the backend's), ``tune`` (``"model"``, ``"measure"`` or ``"off"``; default
-``$BLOCKBUSTER_TUNE``, else ``"model"``): without ``blocks``, each region's free
+``blockbuster.cost.Hardware``; default the backend's), ``tune`` (``"model"``,
+``"measure"`` or ``"off"``; default ``$BLOCKBUSTER_TUNE``, else ``"model"``): without ``blocks``, each region's free
 block sizes (every tiled dimension not split into heads) are chosen for the backend
 by :mod:`blockbuster.tuning`, each candidate lowered and fused again; the choice is
 cached on disk.
@@ -226,7 +226,7 @@ class CompiledRegion:
         self.program = fused
         self.compiled = _compile_bound(backend, fused)
         self.lowered = low
-        self._dtypes = _output_dtypes(source.graph)
+        self._layouts = _output_layouts(source.graph)
         self._stamp = self._stamps(inputs)
 
     def _tune(self, source, low, backend):
@@ -294,7 +294,7 @@ class CompiledRegion:
         out = self.compiled(**feeds)
         return tuple(_as_traced(torch.from_numpy(np.ascontiguousarray(out[b.name]))
                                 .reshape(b.shape).to(dtype or torch.float32), stride)
-                     for b, (dtype, stride) in zip(self.lowered.outputs, self._dtypes))
+                     for b, (dtype, stride) in zip(self.lowered.outputs, self._layouts))
 
 
 def _compile_bound(backend, program):
@@ -311,7 +311,7 @@ def _compile_bound(backend, program):
                         {w: params[w] for w in program.weights})
 
 
-def _output_dtypes(graph) -> list:
+def _output_layouts(graph) -> list:
     """The dtype and strides PyTorch gives each output of ``graph`` (a float64
     model's outputs stay float64, a mask stays bool; a head view's transpose keeps
     its strides); None where unknown."""
