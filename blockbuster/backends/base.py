@@ -18,6 +18,7 @@ import numpy as np
 
 from ..cost.hardware import Hardware
 from ..errors import BackendError
+from .frozen import freeze
 from ..ir.program import Program
 from ..ir.verify import verify
 
@@ -85,7 +86,7 @@ class CompiledProgram:
         if self.compile_part is None:
             raise BackendError(f"backend '{self.backend}' cannot compile parts of a program")
         bound = {n: np.array(given[n], copy=True) for n in p.weights}   # the snapshot
-        return bind_weights(p, self.backend, self.compile_part, bound)
+        return bind_weights(p, self.backend, self.compile_part, bound, snapshot=True)
 
     def check_inputs(self, given: Mapping[str, Any]) -> Arrays:
         """The caller's arrays as NumPy arrays, or a BackendError naming the first problem."""
@@ -155,12 +156,14 @@ class BoundProgram:
 
 
 def bind_weights(program: Program, backend: str, compile_part: Callable[[Program], Runner],
-                 weights: Arrays) -> "BoundProgram":
+                 weights: Arrays, snapshot: bool = False) -> "BoundProgram":
     """``program`` split into weight preparation and the per-call rest, each compiled
     by ``compile_part``; the preparation runs now on ``weights`` (every weight of the
     program, used as they are: no copy). :meth:`CompiledProgram.bind` binds a
-    snapshot of the caller's arrays; the torch backend binds a model's parameters
-    without compiling the whole program first."""
+    snapshot of the caller's arrays (``snapshot``: they are this library's own, and
+    registered as constant, :mod:`.frozen`); the torch backend binds a model's
+    parameters without compiling the whole program first. The prepared arrays are
+    constant either way."""
     from ..ir.prep import split_weight_prep
     split = split_weight_prep(program)
     prepared: Arrays = {}
@@ -170,6 +173,8 @@ def bind_weights(program: Program, backend: str, compile_part: Callable[[Program
         prepared = dict(prep({n: weights[n] for n in split.prep.inputs}))
     per_call = CompiledProgram(program=split.per_call, backend=backend,
                                run=compile_part(split.per_call))
+    for value in ({**weights, **prepared} if snapshot else prepared).values():
+        freeze(value)
     fixed = {n: v for n, v in {**weights, **prepared}.items() if n in split.per_call.inputs}
     return BoundProgram(per_call, fixed, len(split.prep.kernels) if split.prep else 0,
                         program.weights)

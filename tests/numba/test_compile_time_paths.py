@@ -79,17 +79,19 @@ def _kernel_ir(kernel) -> str:
 def test_kernels_call_the_driver_by_name_instead_of_linking_it_in(tmp_path, monkeypatch):
     # Linked in, the driver's IR was optimised again inside every kernel with a block
     # matmul (~0.6 CPU s each). Fused attention multiplies by a transposed block (K.T)
-    # and a C-contiguous one (V): both calls go to the one registered entry point.
+    # and a C-contiguous one (V), the same blocks in every parallel instance: both
+    # packed once per call, both calls go to the registered packed entry point.
     monkeypatch.setenv("BLOCKBUSTER_COMPILE_WORKERS", "1")   # compiled here: IR kept
     program = bb.fuse(bb.workload("attention", N=128, D=32)).program
     compiled = backend.compile(program, cache_dir=tmp_path)
     assert compiled.cache_misses == len(compiled.run.kernels) >= 1
     ir = "\n".join(_kernel_ir(k) for k in compiled.run.kernels)
-    name = gemm_call.symbol("float32")
+    name = gemm_call.symbol("float32", "packed")
     assert f"declare void @{name}(" in ir
     assert ir.count(f"call void @{name}(") >= 2
     assert "llvm.fma.v" not in ir                  # no micro-kernel tile in the kernels
-    assert "ensure_gemm_symbol('float32')" in compiled.source
+    assert "ensure_gemm_symbol('float32', 'packed')" in compiled.source
+    assert "packed_input_(K, True" in compiled.source and "packed_input_(V, False" in compiled.source
     # and the results are right (the views' strides are read at run time)
     rng = np.random.default_rng(5)
     q, k, v = (rng.standard_normal((128, 32)).astype(np.float32) for _ in range(3))

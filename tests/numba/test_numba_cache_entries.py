@@ -128,9 +128,15 @@ def test_the_runtime_helpers_a_module_calls_are_compiled_for_its_argument_types(
     # point for the dtype (compiled and registered), the scalar helpers for the dtype.
     from numba import types
     from blockbuster_numba import gemm_call, runtime
+    from blockbuster_numba import prepack
     source = "DT = np.float32\n    gemm_set_(a, b, c)\n    x = silu_(y)\n"
     parallel_compile.compile_runtime(source)
-    assert "float32" in gemm_call._ENTRIES
+    assert ("float32", "plain") in gemm_call._ENTRIES
+    # a module multiplying by packed inputs: the packed entry and the packer too
+    source = "DT = np.float32\n    gemm_packed_(a, pk, 3, 4, 0, 0, c)\nW_p = packed_input_(W, False, P, 'W')\n"
+    parallel_compile.compile_runtime(source)
+    assert ("float32", "packed") in gemm_call._ENTRIES
+    assert "float32" in prepack._PACKERS
     assert (types.float32,) in runtime.silu32.overloads
     parallel_compile.compile_runtime("DT = np.float64\n    x = exp_(y)\n")
     assert (types.float64,) in runtime.exp64.overloads

@@ -77,16 +77,20 @@ def test_fused_attention_is_one_flash_attention_kernel():
     body = kernel_body(src, "O")
     assert body.count("prange(") == 1
     # Q·Kᵀ occurs three times in the IR (hash-consed into one node): one micro-kernel
-    # call for it (Kᵀ a view: packed by the driver, not copied; stored into a block
-    # never zeroed), one for P·V, which is multiplied straight into its rescaled
-    # accumulator.
-    assert body.count("gemm_set_(") == 1 and body.count(" gemm_(") == 1
-    assert re.search(r"dot = np.empty\(\(\d+, \d+\), DT\)\n\s+gemm_set_\(Q_blk, K_blk.T, dot\)",
-                     body)
+    # call for it (stored into a block never zeroed), one for P·V, which is multiplied
+    # straight into its rescaled accumulator. Every query block multiplies by the same
+    # key and value blocks: Kᵀ and V are packed once per call by the module, and the
+    # calls read their blocks (first row, first column) from the packed copies.
+    assert body.count("gemm_packed_set_(") == 1 and body.count(" gemm_packed_(") == 1
+    assert "gemm_set_(" not in body.replace("gemm_packed_set_(", "")
+    assert re.search(r"dot = np.empty\(\(\d+, \d+\), DT\)\n\s+"
+                     r"gemm_packed_set_\(Q_blk, K_packedT, 64, 1024, 0, s0, dot\)", body)
+    assert "K_packedT = packed_input_(K, True, PACKED, " in src
     assert "np.dot(" not in body and "ascontiguousarray" not in body
     # The running max and the rescaling of the earlier sums.
     assert re.search(r"alpha\[r\] = exp_\(m_run\[r\] - sn\)", body)
-    assert re.search(r"(acc_\d+)\[r, c\] \*= alpha_r\n\s+gemm_\(exp, V_blk, \1\)", body)
+    assert re.search(r"(acc_\d+)\[r, c\] \*= alpha_r\n\s+"
+                     r"gemm_packed_\(exp, V_packed, 1024, 64, s0, 0, \1\)", body)
     # Loop-invariant hoisting: the query block is sliced once per query block, before
     # the loop over key blocks; D has a single block, so there is no loop over it.
     assert body.index("Q_blk = Q[") < body.index("for s in range(")

@@ -302,13 +302,14 @@ def _compile_bound(backend, program):
     preparation (a norm's gain folded into the next weight matrix, say) runs once,
     here, not on every call. The parameters are the region's own float32 copies and
     the region is rebuilt when one changes (``CompiledRegion._changed``): bound as
-    they are."""
+    they are, and constant for the bound program's life (a backend may keep what it
+    derives from them, as Numba keeps its packed matmul operands)."""
     from ...backends.base import bind_weights
     params = program.params or {}
     if not program.weights or any(w not in params for w in program.weights):
         return backend.compile(program)
     return bind_weights(program, backend.name, lambda part: backend.compile(part).run,
-                        {w: params[w] for w in program.weights})
+                        {w: params[w] for w in program.weights}, snapshot=True)
 
 
 def _output_layouts(graph) -> list:

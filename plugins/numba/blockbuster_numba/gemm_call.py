@@ -31,39 +31,47 @@ from . import microkernel
 from .llvm_options import full_codegen
 
 _DTYPES = {"float32": types.float32, "float64": types.float64}
-_ENTRIES: dict[str, object] = {}       # dtype name -> its compiled entry (kept alive)
+_ENTRIES: dict[tuple, object] = {}     # (dtype name, kind) -> its compiled entry (kept alive)
+
+#: The two entries: ``plain`` (:func:`.microkernel.driver`: packs B from its view) and
+#: ``packed`` (:func:`.microkernel.driver_packed`: B already packed).
+_KINDS = ("plain", "packed")   # each compiled when first needed
 
 
-def symbol(dtype: str) -> str:
+def symbol(dtype: str, kind: str = "plain") -> str:
     """The registered name of ``dtype``'s entry (the driver's hash in it: a kernel
     compiled against another driver never binds to this one)."""
-    return f"blockbuster_gemm_{dtype}_{microkernel.SOURCE_HASH}"
+    tag = "" if kind == "plain" else "_packed"
+    return f"blockbuster_gemm{tag}_{dtype}_{microkernel.SOURCE_HASH}"
 
 
-def _entry_signature(dtype):
+def _entry_signature(dtype, kind: str):
     p, i = types.CPointer(dtype), types.int64
+    if kind == "packed":
+        return types.void(p, i, i, i, i, p, i, i, i, i, i, p, i, i, i)
     return types.void(p, i, i, i, i, p, i, i, i, p, i, i, i)
 
 
-def _compile_entry(dtype):
+def _compile_entry(dtype, kind: str):
     # The driver itself is the entry (compiled once, nothing linked in to optimise
     # again); Numba caches it beside microkernel.py, one entry per dtype's signature.
-    return cfunc(_entry_signature(dtype), cache=True, error_model="numpy",
-                 boundscheck=False)(microkernel.driver)
+    fn = microkernel.driver_packed if kind == "packed" else microkernel.driver
+    return cfunc(_entry_signature(dtype, kind), cache=True, error_model="numpy",
+                 boundscheck=False)(fn)
 
 
-def ensure_gemm_symbol(dtype: str) -> str:
-    """Compile (or load from the cache) ``dtype``'s entry once per process and
-    register its address under :func:`symbol`; the name."""
-    name = symbol(dtype)
+def ensure_gemm_symbol(dtype: str, kind: str = "plain") -> str:
+    """Compile (or load from the cache) ``dtype``'s entry of ``kind`` once per process
+    and register its address under :func:`symbol`; the name."""
+    name = symbol(dtype, kind)
     # Numba's compiler lock, not a lock of our own: a kernel's codegen (which holds
     # it) calls this too, and two locks taken in both orders could deadlock.
     with global_compiler_lock:
-        if dtype not in _ENTRIES:
+        if (dtype, kind) not in _ENTRIES:
             with full_codegen():
-                entry = _compile_entry(_DTYPES[dtype])
+                entry = _compile_entry(_DTYPES[dtype], kind)
             llvm_binding.add_symbol(name, entry.address)
-            _ENTRIES[dtype] = entry
+            _ENTRIES[dtype, kind] = entry
     return name
 
 
@@ -98,6 +106,44 @@ def call_gemm(typingctx, a, b, c, overwrite):
         return context.get_dummy_value()
 
     return types.void(a, b, c, overwrite), codegen
+
+
+@intrinsic
+def call_gemm_packed(typingctx, a, pk, kfull, nfull, r0, c0, c, overwrite):
+    """``C += A·B`` (``overwrite`` zero) or ``C = A·B``, ``B`` the ``A.shape[1] x
+    C.shape[1]`` block at row ``r0``, column ``c0`` of the ``kfull x nfull`` matrix
+    packed in ``pk`` (:func:`.microkernel.pack_panels`), through the packed entry."""
+    if not (isinstance(a, types.Array) and a.ndim == 2 and isinstance(c, types.Array)
+            and c.ndim == 2 and isinstance(pk, types.Array) and pk.ndim == 1):
+        return None
+    if not (a.dtype == pk.dtype == c.dtype and a.dtype in _DTYPES.values()):
+        return None
+    ints = (kfull, nfull, r0, c0, overwrite)
+    if not all(isinstance(x, types.Integer) for x in ints):
+        return None
+    dtype = str(a.dtype)
+
+    def codegen(context, builder, signature, args):
+        name = ensure_gemm_symbol(dtype, "packed")
+        i64 = ir.IntType(64)
+        ptr = context.get_value_type(types.CPointer(a.dtype))
+        fnty = ir.FunctionType(ir.VoidType(), [ptr, i64, i64, i64, i64, ptr, i64, i64, i64,
+                                               i64, i64, ptr, i64, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+        av = make_array(a)(context, builder, args[0])
+        m, k = cgutils.unpack_tuple(builder, av.shape, 2)
+        sa0, sa1 = cgutils.unpack_tuple(builder, av.strides, 2)
+        pv = make_array(pk)(context, builder, args[1])
+        cv = make_array(c)(context, builder, args[6])
+        n = cgutils.unpack_tuple(builder, cv.shape, 2)[1]
+        sc0, sc1 = cgutils.unpack_tuple(builder, cv.strides, 2)
+        kf, nf, r, col, flag = (context.cast(builder, args[i], signature.args[i], types.int64)
+                                for i in (2, 3, 4, 5, 7))
+        builder.call(fn, [av.data, m, k, sa0, sa1, pv.data, kf, nf, r, col, n, cv.data,
+                          sc0, sc1, flag])
+        return context.get_dummy_value()
+
+    return types.void(a, pk, kfull, nfull, r0, c0, c, overwrite), codegen
 
 
 @njit(error_model="numpy")

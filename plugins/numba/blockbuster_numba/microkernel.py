@@ -330,6 +330,25 @@ def _view(typingctx, ptr, rows, cols, row_stride, col_stride):
     return arrtype(ptr, rows, cols, row_stride, col_stride), codegen
 
 
+@intrinsic
+def _view_flat(typingctx, ptr, count):
+    """The 1-D array of ``count`` contiguous elements at ``ptr`` (a view: no copy, no
+    owner)."""
+    if not isinstance(ptr, types.CPointer) or ptr.dtype not in (types.float32, types.float64):
+        return None
+    arrtype = types.Array(ptr.dtype, 1, "C")
+
+    def codegen(context, builder, signature, args):
+        data, n = args
+        array = make_array(arrtype)(context, builder)
+        itemsize = context.get_abi_sizeof(context.get_data_type(ptr.dtype))
+        populate_array(array, data=data, shape=[n], strides=[ir.Constant(n.type, itemsize)],
+                       itemsize=ir.Constant(n.type, itemsize), meminfo=None)
+        return array._getvalue()
+
+    return arrtype(ptr, count), codegen
+
+
 def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
     """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B``, of the ``m x k``,
     ``k x n`` and ``m x n`` arrays at ``a``, ``b`` and ``c`` (strides in bytes;
@@ -361,3 +380,75 @@ def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
                     _micro_tile(a, i0 * sa0 + k0 * sa1, sa0, sa1, bp, t * kc * NR, kc,
                                 c, i0 * sc0 + jt * sc1, sc0, min(MR, m - i0), min(NR, n - jt),
                                 store)
+
+
+# -- pre-packed right operands ---------------------------------------------------------
+#
+# A block matmul whose right operand is a view of a program input (a weight, a key or
+# value matrix) re-packs the same panels in every parallel instance of its kernel: a
+# 1024x2816 weight costs ~1.5 ms per packing on one core, and RMSNorm+FFN-SwiGLU at
+# 512-row blocks packed each of its three weights four times per call. Instead the
+# generated module packs such an input once per call (once per binding for a bound,
+# read-only weight) into the layout below, and the kernels pass it to
+# :func:`driver_packed`, which only points into it.
+#
+# Layout of a ``K x N`` matrix: panels of ``KC`` rows (the last may be shallower), each
+# panel its ``NR``-wide column strips, each strip ``depth x NR`` floats row-major,
+# zero-padded past ``N``: strip ``s`` of panel ``p`` starts at
+# ``p*KC*Np + s*depth_p*NR`` (``Np``: N rounded up to NR). Any run of rows of a strip
+# is contiguous, so a view starting at any row is served; a view must start at a
+# strip's first column (the code generator checks, else it packs as before).
+
+
+def packed_size(k: int, n: int) -> int:
+    """Elements of the packed layout of a ``k x n`` matrix."""
+    return k * (-(-n // NR) * NR)
+
+
+def pack_panels(B, out):
+    """``out`` (1-D, :func:`packed_size` elements) = ``B`` (2-D, any strides) in the
+    pre-packed layout. Compiled per dtype by :mod:`.prepack` (for any strides: a
+    transposed weight needs no compile of its own)."""
+    k, n = B.shape
+    strips = (n + NR - 1) // NR
+    for p0 in range(0, k, KC):
+        depth = min(KC, k - p0)
+        _pack_b(B, p0, depth, 0, n, out[p0 * strips * NR:])
+
+
+def driver_packed(a, m, k, sa0, sa1, pk, kfull, nfull, r0, c0, n, c, sc0, sc1, overwrite):
+    """``C += A·B`` (``overwrite``: ``C = A·B``) where ``B`` is rows ``r0 .. r0+k`` and
+    columns ``c0 .. c0+n`` of the ``kfull x nfull`` matrix packed at ``pk``
+    (:func:`pack_panels`; ``c0`` a multiple of ``NR``). ``A`` and ``C`` as in
+    :func:`driver`. The loops are the driver's, over the packed panels' row runs."""
+    if m == 0 or n == 0 or (k == 0 and overwrite == 0):
+        return
+    strips = (nfull + NR - 1) // NR
+    P = _view_flat(pk, max(1, kfull * strips * NR))
+    size = P.itemsize
+    if k == 0:            # overwriting with an empty sum: the tiles' zeros
+        for i0 in range(0, m, MR):
+            for jt in range(0, n, NR):
+                _micro_tile(a, 0, sa0, sa1, P, 0, 0, c, i0 * sc0 + jt * sc1, sc0,
+                            min(MR, m - i0), min(NR, n - jt), True)
+        return
+    kc_max = min(KC, k)
+    nc_step = max(NR, PANEL_BYTES // (size * kc_max) // NR * NR)
+    ks = r0
+    while ks < r0 + k:
+        p = ks // KC
+        depth = min(KC, kfull - p * KC)              # the packed panel's depth
+        ke = min(p * KC + depth, r0 + k)
+        kc = ke - ks
+        store = overwrite != 0 and ks == r0
+        base = p * KC * strips * NR + (ks - p * KC) * NR
+        for j0 in range(0, n, nc_step):
+            nc = min(nc_step, n - j0)
+            for i0 in range(0, m, MR):
+                for t in range((nc + NR - 1) // NR):
+                    jt = j0 + t * NR
+                    strip = (c0 + jt) // NR
+                    _micro_tile(a, i0 * sa0 + (ks - r0) * sa1, sa0, sa1, P,
+                                base + strip * depth * NR, kc, c, i0 * sc0 + jt * sc1, sc0,
+                                min(MR, m - i0), min(NR, n - jt), store)
+        ks = ke

@@ -138,20 +138,23 @@ def precompile(path: Path, source: str, workers: int, module_name: str) -> list[
 
 def compile_runtime(source: str) -> None:
     """Compile (or load) the cached runtime helpers that the module ``source`` calls,
-    for the argument types its kernels pass: the micro-kernel's driver and the scalar
-    functions. A helper not compiled here is compiled by whoever first
-    needs it, as before."""
+    for the argument types its kernels pass: the micro-kernel's drivers, the packer
+    of inputs multiplied by (:mod:`.prepack`) and the scalar functions. A helper not
+    compiled here is compiled by whoever first needs it, as before."""
     from numba import types
     from numba.core.dispatcher import Dispatcher
     from . import runtime
     from .gemm_call import ensure_gemm_symbol
     dtype = "float64" if "DT = np.float64" in source else "float32"
     scalar = types.float64 if dtype == "float64" else types.float32
+    if "packed_input_(" in source:
+        from .prepack import packer
+        packer(dtype)
     for generic, name in runtime.HELPERS[dtype].items():
         if f"{generic}(" not in source:
             continue
-        if generic in ("gemm_", "gemm_set_"):
-            ensure_gemm_symbol(dtype)
+        if generic.startswith("gemm"):
+            ensure_gemm_symbol(dtype, "packed" if generic.startswith("gemm_packed") else "plain")
             continue
         helper = getattr(runtime, name)
         cached = isinstance(helper, Dispatcher) and type(helper._cache).__name__ != "NullCache"

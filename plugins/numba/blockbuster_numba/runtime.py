@@ -20,7 +20,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .gemm_call import call_gemm
+from .gemm_call import call_gemm, call_gemm_packed
 
 #: Fast-math flags of every generated function: only ``nsz`` (the sign of a zero),
 #: so results follow IEEE as NumPy's do (README, "Non-finite
@@ -274,14 +274,29 @@ def gemm_set(A, B, C):
     call_gemm(A, B, C, 1)
 
 
+@njit(inline="always", error_model="numpy")
+def gemm_packed(A, PK, kfull, nfull, r0, c0, C):
+    """C += A·B, B the block at (r0, c0) of the kfull x nfull matrix pre-packed in PK
+    (:mod:`.prepack`)."""
+    call_gemm_packed(A, PK, kfull, nfull, r0, c0, C, 0)
+
+
+@njit(inline="always", error_model="numpy")
+def gemm_packed_set(A, PK, kfull, nfull, r0, c0, C):
+    """C = A·B, B as in :func:`gemm_packed`."""
+    call_gemm_packed(A, PK, kfull, nfull, r0, c0, C, 1)
+
+
 #: Helper names the generated code uses, per dtype: generic name -> function here.
 HELPERS = {
     "float32": {"exp_": "exp32", "sigmoid_": "sigmoid32", "silu_": "silu32",
                 "gelu_": "gelu32", "gelu_tanh_": "gelu_tanh32",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque",
-                "gemm_": "gemm", "gemm_set_": "gemm_set", "radd_": "radd"},
+                "gemm_": "gemm", "gemm_set_": "gemm_set", "radd_": "radd",
+                "gemm_packed_": "gemm_packed", "gemm_packed_set_": "gemm_packed_set"},
     "float64": {"exp_": "exp64", "sigmoid_": "sigmoid64", "silu_": "silu64",
                 "gelu_": "gelu64", "gelu_tanh_": "gelu_tanh64",
                 "maximum_": "maximum", "minimum_": "minimum", "opaque_": "opaque",
-                "gemm_": "gemm", "gemm_set_": "gemm_set", "radd_": "radd"},
+                "gemm_": "gemm", "gemm_set_": "gemm_set", "radd_": "radd",
+                "gemm_packed_": "gemm_packed", "gemm_packed_set_": "gemm_packed_set"},
 }

@@ -92,7 +92,7 @@ def emit_load(g, node: Expr, frame: Frame) -> Block:
         return Block((), name=f"{arg}[{', '.join(subs) or '()'}]", frame=frame)
     name = g.names.fresh(f"{array}_blk")
     frame.lines.append(f"{name} = {arg}[{', '.join(subs)}]")
-    return Block(axes, name=name, frame=frame, contig=contig, hint=array)
+    return Block(axes, name=name, frame=frame, contig=contig, hint=array, source=node)
 
 
 def emit_get(g, node: Expr, frame: Frame):

@@ -48,6 +48,7 @@ class KernelGenerator:
         self.parallel = loops.parallel
         self.kernel_loops = loops.loops
         emit_stores(self, self.stores, loops.inner)
+        self.args = self.args + self.m.kernel_packed.get(self.kernel.name, [])
         return kernel_function(self, loops.close())
 
     def _analyse(self, stores) -> None:

@@ -6,12 +6,23 @@ column-sliced block is passed as a view, never copied first). A ``dot`` value is
 stored into a new uninitialised block (``gemm_set_``: nothing zeroed or read
 first); a ``dot`` that a ``sum`` (or online softmax) adds up is added straight into
 its accumulator (``gemm_``), with no product block in between.
+
+A right operand that is a block of a program input, the same in every parallel
+instance of the kernel (a weight, or attention's keys and values), is packed once
+per call by the module (:mod:`..prepack`) instead of once per instance: the kernel
+takes the packed copy as an argument and calls ``gemm_packed_`` with the block's
+first row and column.
 """
 
 from __future__ import annotations
 
+import math
+
+from blockbuster.ir.index import free_vars
+
+from ..microkernel import NR
 from . import elementwise as ew
-from .values import Block, Frame
+from .values import Axis, Block, Frame
 
 
 def matrix(g, v: Block) -> str:
@@ -29,5 +40,48 @@ def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame, overwrite: bool = 
     """``dest += a·b`` (``dest``: a C-contiguous array of the product's shape), or
     with ``overwrite`` ``dest = a·b`` (``dest`` may be uninitialised), by the
     register-tiled micro-kernel (:mod:`..microkernel`)."""
+    packed = packed_operand(g, b)
+    if packed is not None:
+        call = "gemm_packed_set_" if overwrite else "gemm_packed_"
+        frame.lines.append(f"{call}({matrix(g, a)}, {packed}, {dest})")
+        return
     call = "gemm_set_" if overwrite else "gemm_"
     frame.lines.append(f"{call}({matrix(g, a)}, {matrix(g, b)}, {dest})")
+
+
+def packed_operand(g, b: Block) -> str | None:
+    """``PK, kfull, nfull, r0, c0`` (code) when ``b`` can be read from a packed copy
+    of a whole program input, else None. It can when ``b`` is a view of a 2-D input
+    (or its transpose), its block indices do not depend on the kernel's parallel
+    loops (every instance reads the same blocks: packing once saves the others'
+    packing) and its first column is at a column strip of the packed layout."""
+    transposed, v = False, b
+    while v.lazy:
+        if v.node.op == "transpose" and not v.args[0].lazy:
+            transposed, v = not transposed, v.args[0]
+        elif v.node.op == "relabel":
+            v = v.args[1]
+        else:
+            return None
+    load = v.source
+    if load is None or v.rank != 2:
+        return None
+    array = load.attr.array
+    m = g.m
+    dims = m.array_dims[array]
+    if array not in m.program.inputs or len(dims) != 2 or any(d.point for d in dims):
+        return None
+    parallel = {var for var, d in g.kernel.loops if g.dims[d].nblocks > 1}
+    instances = math.prod(g.dims[d].nblocks for _v, d in g.kernel.loops)
+    if instances < 2 or any(free_vars(ix) & parallel for ix in load.attr.index):
+        return None
+    rows, cols = v.axes[::-1] if transposed else v.axes
+    if cols.dim.nblocks > 1 and cols.dim.block % NR:
+        return None                     # a block may start inside a strip
+    kfull, nfull = (d.size for d in (dims[::-1] if transposed else dims))
+    name = m.packed_operand(array, transposed, kernel_gen=g)
+    return f"{name}, {kfull}, {nfull}, {start(g, rows)}, {start(g, cols)}"
+
+
+def start(g, axis: Axis) -> str:
+    return "0" if axis.dim.nblocks == 1 else g.x.start(axis)

@@ -41,6 +41,10 @@ class ModuleGenerator:
         self.kernel_launch: dict[str, str] = {}   # kernel -> its threads launcher, if any
         self.twins: dict[str, Kernel] = {}         # kernel -> the same kernel met earlier
         self.kernels: list[KernelGenerator] = []  # after generate(): each kernel's plan
+        # Inputs some kernel multiplies by from a packed copy (..prepack): operand name
+        # -> (input array, transposed), and each kernel's operands (extra arguments).
+        self.packed: dict[str, tuple[str, bool]] = {}
+        self.kernel_packed: dict[str, list[str]] = {}
 
     def generate(self) -> str:
         sources = []
@@ -60,12 +64,29 @@ class ModuleGenerator:
 
     def call_args(self, kernel: Kernel) -> tuple[Kernel, list[str]]:
         """The kernel whose function runs ``kernel`` (itself, or its earlier twin) and
-        ``kernel``'s arrays in that function's argument order."""
+        ``kernel``'s arrays (and packed operands) in that function's argument order."""
         twin = self.twins.get(kernel.name)
         if twin is None:
             return kernel, self.kernel_args(kernel)
         mine = dict(zip(array_order(twin), array_order(kernel)))
+        for operand in self.kernel_packed.get(twin.name, ()):
+            array, transposed = self.packed[operand]
+            mine[operand] = self.packed_operand(mine[array], transposed)
         return twin, [mine[a] for a in self.kernel_args(twin)]
+
+    def packed_operand(self, array: str, transposed: bool, kernel_gen=None) -> str:
+        """The argument name of input ``array`` (or its transpose) packed once per call
+        (:mod:`..prepack`); with ``kernel_gen``, that kernel takes it as an argument."""
+        operand = f"{array}#packed{'T' if transposed else ''}"
+        if operand not in self.packed:
+            self.packed[operand] = (array, transposed)
+            self.arg_names[operand] = self.module_names.fresh(
+                f"{self.arg_names[array]}_packed{'T' if transposed else ''}")
+        if kernel_gen is not None:
+            mine = self.kernel_packed.setdefault(kernel_gen.kernel.name, [])
+            if operand not in mine:
+                mine.append(operand)
+        return self.arg_names[operand]
 
     def const(self, value: float) -> str:
         key = float(value).hex()
@@ -93,8 +114,10 @@ class ModuleGenerator:
         return name
 
     def kernel_args(self, kernel: Kernel) -> list[str]:
+        """The kernel function's arguments: its arrays, then its packed operands."""
         used = kernel.reads() | set(kernel.writes())
-        return [a.name for a in self.program.arrays if a.name in used]
+        return ([a.name for a in self.program.arrays if a.name in used]
+                + self.kernel_packed.get(kernel.name, []))
 
 
 def array_order(kernel: Kernel) -> list[str]:

@@ -77,6 +77,8 @@ def split_parallel_loop(lines: list[str]):
 
 
 def array_type(m, name: str) -> str:
+    if name in m.packed:                            # a packed operand (..prepack)
+        return f"{m.dtype}[::1]"
     rank = len(m.array_dims[name])
     if rank == 0:                                   # a 0-d array (a scalar tensor)
         return f"Array({m.dtype}, 0, 'C')"
@@ -110,12 +112,22 @@ def module_source(m, kernels: list[list[str]], helpers: dict) -> str:
         "from blockbuster_numba.threads import parallel_for as parallel_for_",
         "",
     ]
-    if any(re.search(r"\bgemm(_set)?_\(", line) for source in kernels for line in source):
+    kinds = [kind for kind, pattern in (("plain", r"\bgemm(_set)?_\("),
+                                         ("packed", r"\bgemm_packed(_set)?_\("))
+             if any(re.search(pattern, line) for source in kernels for line in source)]
+    if kinds:
         lines += [
             "# Block matmuls call the micro-kernel's driver by name (blockbuster_numba.gemm_call):",
             "# registered before the kernels compile or load.",
             "from blockbuster_numba.gemm_call import ensure_gemm_symbol",
-            f"ensure_gemm_symbol({str(m.dtype)!r})",
+            *(f"ensure_gemm_symbol({str(m.dtype)!r}, {kind!r})" for kind in kinds),
+            "",
+        ]
+    if m.packed:
+        lines += [
+            "# Inputs multiplied by in every parallel instance: packed once per call.",
+            "from blockbuster_numba.prepack import packed_input as packed_input_",
+            "PACKED = {}  # read-only inputs' packed copies, by operand",
             "",
         ]
     lines += [
@@ -153,6 +165,10 @@ def driver(m) -> list[str]:
              ' arrays) -> outputs by name."""']
     for name in p.inputs:
         lines.append(f"    {names[name]} = inputs[{name!r}]")
+    for operand in sorted({a for k in p.kernels for a in m.call_args(k)[1] if a in m.packed}):
+        array, transposed = m.packed[operand]
+        lines.append(f"    {names[operand]} = packed_input_({names[array]}, {transposed}, "
+                     f"PACKED, {operand!r})")
     for i, k in enumerate(p.kernels):
         for a in k.writes():
             shape = [m.dims[d].size for d in p.array(a).dims]

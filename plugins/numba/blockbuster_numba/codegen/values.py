@@ -128,10 +128,12 @@ class Block:
     """A scalar, vector or 2-D block. Materialised (``name`` holds it) or lazy (an
     elementwise node over ``args`` that consumers inline as a scalar expression)."""
 
-    __slots__ = ("axes", "name", "node", "args", "frame", "contig", "hint", "_contig_name")
+    __slots__ = ("axes", "name", "node", "args", "frame", "contig", "hint", "_contig_name",
+                 "source")
 
     def __init__(self, axes, name=None, node=None, args=(), frame=None, contig=True,
-                 hint="t"):
+                 hint="t", source=None):
+        self.source = source     # a view of a global array: the load node it came from
         self.axes = tuple(axes)
         self.name = name
         self.node = node

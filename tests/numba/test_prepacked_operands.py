@@ -1,0 +1,143 @@
+"""Right operands packed once per call (``blockbuster_numba.prepack``): the packed
+driver against float64 NumPy on blocks at any row and at strip-aligned columns of a
+packed matrix; the module packing an input once per call, keeping a bound weight's
+packed copy between calls and never a caller's array."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+import blockbuster as bb
+from blockbuster_numba import backend, prepack
+from blockbuster_numba import microkernel as mk
+from blockbuster_numba.gemm_call import call_gemm_packed
+
+
+@njit
+def _gemm_packed(a, pk, kfull, nfull, r0, c0, c, overwrite):
+    call_gemm_packed(a, pk, kfull, nfull, r0, c0, c, overwrite)
+
+
+CASES = [  # (K, N, r0, k, strip of c0, n, m): rows anywhere, panels straddled, ragged
+    (700, 333, 0, 700, 0, 333, 37),
+    (700, 333, 130, 400, 2, 250, 9),                   # starts inside a panel, ends in another
+    (mk.KC + 1, 2 * mk.NR + 1, mk.KC, 1, 1, mk.NR + 1, mk.MR),   # the one-row last panel
+    (3 * mk.KC + 7, 5 * mk.NR, mk.KC - 3, 2 * mk.KC + 9, 4, mk.NR, 2 * mk.MR + 3),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("K,N,r0,k,strip,n,m", CASES)
+def test_packed_driver_reads_any_block_of_the_packed_matrix(dtype, transposed, K, N, r0, k,
+                                                            strip, n, m):
+    rng = np.random.default_rng(K + N + r0)
+    w = (rng.standard_normal((N, K) if transposed else (K, N)) * 1e3).astype(dtype)
+    full = w.T if transposed else w                  # the K x N matrix multiplied by
+    c0 = strip * mk.NR
+    a = (rng.standard_normal((m, k)) * 1e3).astype(dtype)
+    pk = prepack.packed_input(w, transposed, {}, "w")
+    want = a.astype(np.float64) @ full[r0:r0 + k, c0:c0 + n].astype(np.float64)
+    scale = np.abs(a).max() * np.abs(w).max() * k
+    eps = 2e-6 if dtype == np.float32 else 4e-15
+    fresh = np.full((m, n), np.nan, dtype)           # overwritten: never read
+    _gemm_packed(a, pk, K, N, r0, c0, fresh, 1)
+    assert np.abs(fresh - want).max() <= eps * scale
+    acc = np.full((m, n), 5.0, dtype)                # accumulated: C += A·B
+    _gemm_packed(a, pk, K, N, r0, c0, acc, 0)
+    assert np.abs(acc - 5.0 - want).max() <= eps * scale
+
+
+def test_an_empty_sum_overwrites_with_zeros_and_adds_nothing():
+    w = np.ones((300, 70), np.float32)
+    pk = prepack.packed_input(w, False, {}, "w")
+    c = np.full((5, 40), np.nan, np.float32)
+    _gemm_packed(np.ones((5, 0), np.float32), pk, 300, 70, 100, mk.NR, c, 1)
+    assert (c == 0).all()
+    c[:] = 3.0
+    _gemm_packed(np.ones((5, 0), np.float32), pk, 300, 70, 100, mk.NR, c, 0)
+    assert (c == 3.0).all()
+
+
+def _ffn(rows=150, d=70, h=100):
+    """y = relu(x·W1)·W2, both weights multiplied by in every row block: W1 from
+    column blocks of 64 (whole strips), W2 from row blocks."""
+    from blockbuster.frontend.builder import GraphBuilder
+    g = GraphBuilder("ffn")
+    g.dim("M", rows, 32), g.dim("D", d, 64), g.dim("H", h, 64)
+    x = g.input("x", "M", "D")
+    w1 = g.weight("W1", "D", "H")
+    w2 = g.weight("W2", "H", "D")
+    return g.build(g.matmul(g.relu(g.matmul(x, w1)), w2, name="y"))
+
+
+def _reference(x, w1, w2):
+    h = np.maximum(x.astype(np.float64) @ w1, 0.0)
+    return h @ w2
+
+
+def test_a_weight_multiplied_by_in_every_row_block_is_packed_once_per_call():
+    program = bb.fuse(_ffn(), hardware=backend.hardware).program
+    compiled = bb.compile(program, backend=backend, tune="off")
+    source = compiled.run.source
+    assert "packed_input_(W1, False" in source and "packed_input_(W2, False" in source
+    assert "gemm_packed" in source
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((150, 70)) * 100).astype(np.float32)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((70, 100), (100, 70)))
+    want = _reference(x, w1, w2)
+    got = compiled(x=x, W1=w1, W2=w2)["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    # The caller's arrays are packed again on every call: changed in place, they count.
+    w1 *= -1.0
+    got = compiled(x=x, W1=w1, W2=w2)["y"]
+    want = _reference(x, w1, w2)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_a_bound_weight_is_packed_on_the_first_call_only(monkeypatch):
+    program = bb.fuse(_ffn(), hardware=backend.hardware).program
+    compiled = bb.compile(program, backend=backend, tune="off")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((150, 70)).astype(np.float32)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((70, 100), (100, 70)))
+    packed = []
+    real = prepack.packer
+
+    def counting(dtype):
+        fn = real(dtype)
+        return lambda b, out: (packed.append(b.shape), fn(b, out))
+    monkeypatch.setattr(prepack, "packer", counting)
+    bound = compiled.bind(W1=w1, W2=w2)
+    first = bound(x=x)["y"]
+    n = len(packed)
+    assert n >= 2
+    second = bound(x=x)["y"]
+    assert len(packed) == n                          # the packed copies were kept
+    np.testing.assert_array_equal(first, second)
+    want = _reference(x, w1, w2)
+    assert np.abs(second - want).max() <= 1e-5 * np.abs(want).max()
+    # Bound again with other weights: packed again, and the results follow them.
+    rebound = compiled.bind(W1=-w1, W2=w2)
+    got = rebound(x=x)["y"]
+    assert len(packed) > n
+    want = _reference(x, -w1, w2)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    # ... while the first binding still has its own
+    assert np.abs(bound(x=x)["y"] - first).max() == 0
+
+
+def test_columns_starting_inside_a_strip_are_packed_by_the_driver_as_before():
+    from blockbuster.frontend.builder import GraphBuilder
+    assert 48 % mk.NR                                # a block of 48 columns: not whole strips
+    g = GraphBuilder("mm")
+    g.dim("M", 100, 32), g.dim("K", 50, 64), g.dim("N", 130, 48)
+    y = g.matmul(g.input("x", "M", "K"), g.weight("W", "K", "N"), name="y")
+    compiled = bb.compile(g.build(y), backend=backend, tune="off")
+    assert "packed_input_(W" not in compiled.run.source
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((100, 50)), rng.standard_normal((50, 130))
+    got = compiled(x=x.astype(np.float32), W=w.astype(np.float32))["y"]
+    assert np.abs(got - x @ w).max() <= 1e-5 * np.abs(x @ w).max()
