@@ -84,6 +84,11 @@ def test_a_weight_multiplied_by_in_every_row_block_is_packed_once_per_call():
     source = compiled.run.source
     assert "packed_input_(W1, False" in source and "packed_input_(W2, False" in source
     assert "gemm_packed" in source
+    run = source[source.index("def run("):]
+    for weight in ("W1", "W2"):      # packed before the kernel reading it, freed after
+        packed = run.index(f"{weight}_packed = packed_input_(")
+        call = run.index(f"{weight}_packed", packed + 1)         # the kernel's argument
+        assert packed < call < run.index("del ", packed)
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((150, 70)) * 100).astype(np.float32)
     w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((70, 100), (100, 70)))

@@ -71,21 +71,26 @@ class ModuleGenerator:
         mine = dict(zip(array_order(twin), array_order(kernel)))
         for operand in self.kernel_packed.get(twin.name, ()):
             array, transposed = self.packed[operand]
-            mine[operand] = self.packed_operand(mine[array], transposed)
+            mine[operand] = self.packed_key(mine[array], transposed)
         return twin, [mine[a] for a in self.kernel_args(twin)]
 
-    def packed_operand(self, array: str, transposed: bool, kernel_gen=None) -> str:
-        """The argument name of input ``array`` (or its transpose) packed once per call
-        (:mod:`..prepack`); with ``kernel_gen``, that kernel takes it as an argument."""
+    def packed_key(self, array: str, transposed: bool) -> str:
+        """The operand (a pseudo-array name) of input ``array`` (or its transpose)
+        packed once per call (:mod:`..prepack`), registered with its argument name."""
         operand = f"{array}#packed{'T' if transposed else ''}"
         if operand not in self.packed:
             self.packed[operand] = (array, transposed)
             self.arg_names[operand] = self.module_names.fresh(
                 f"{self.arg_names[array]}_packed{'T' if transposed else ''}")
-        if kernel_gen is not None:
-            mine = self.kernel_packed.setdefault(kernel_gen.kernel.name, [])
-            if operand not in mine:
-                mine.append(operand)
+        return operand
+
+    def packed_operand(self, array: str, transposed: bool, kernel_gen) -> str:
+        """The argument name under which the kernel of ``kernel_gen`` takes input
+        ``array`` (or its transpose) packed."""
+        operand = self.packed_key(array, transposed)
+        mine = self.kernel_packed.setdefault(kernel_gen.kernel.name, [])
+        if operand not in mine:
+            mine.append(operand)
         return self.arg_names[operand]
 
     def const(self, value: float) -> str:

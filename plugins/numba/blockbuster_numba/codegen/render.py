@@ -165,21 +165,30 @@ def driver(m) -> list[str]:
              ' arrays) -> outputs by name."""']
     for name in p.inputs:
         lines.append(f"    {names[name]} = inputs[{name!r}]")
-    for operand in sorted({a for k in p.kernels for a in m.call_args(k)[1] if a in m.packed}):
-        array, transposed = m.packed[operand]
-        lines.append(f"    {names[operand]} = packed_input_({names[array]}, {transposed}, "
-                     f"PACKED, {operand!r})")
+    calls = [m.call_args(k) for k in p.kernels]
+    for i, (_runner, arrays) in enumerate(calls):
+        for a in arrays:
+            if a in m.packed:
+                last_use[a] = i
+    packed_yet: set[str] = set()
     for i, k in enumerate(p.kernels):
         for a in k.writes():
             shape = [m.dims[d].size for d in p.array(a).dims]
             lines.append(f"    {names[a]} = numpy.empty({shape_text(shape)}, DT)")
-        runner, arrays = m.call_args(k)
+        runner, arrays = calls[i]
+        for a in arrays:     # packed right before the first kernel that reads it
+            if a in m.packed and a not in packed_yet:
+                packed_yet.add(a)
+                array, transposed = m.packed[a]
+                lines.append(f"    {names[a]} = packed_input_({names[array]}, {transposed}, "
+                             f"PACKED, {a!r})")
         args = ", ".join(names[a] for a in arrays)
         if runner is not k:
             lines.append(f"    # kernel {k.name}: the function of kernel {runner.name}")
         lines.append(f"    {m.kernel_launch.get(runner.name, m.kernel_fn(runner))}({args})")
-        dead = sorted(a for a, j in last_use.items() if j == i and a in p.intermediates)
-        if dead:  # free intermediates as soon as nothing reads them any more
+        dead = sorted(a for a, j in last_use.items()
+                      if j == i and (a in p.intermediates or a in m.packed))
+        if dead:  # free intermediates (and packed copies) once nothing reads them any more
             lines.append(f"    del {', '.join(names[a] for a in dead)}")
     outs = ", ".join(f"{o!r}: {names[o]}" for o in p.outputs)
     lines.append(f"    return {{{outs}}}")
