@@ -41,3 +41,18 @@ def test_the_bind_example_runs_after_the_first(capsys):
     a, b = h @ scope["w1"], h @ scope["w3"]
     want = (a / (1 + np.exp(-a)) * b) @ scope["w2"]
     assert np.max(np.abs(scope["y"] - want)) / np.max(np.abs(want)) < 1e-5
+
+
+def test_the_block_program_example_is_a_whole_program_that_computes_attention():
+    """Copied from the README into a .bbp file, the example runs (no elided `...`)."""
+    import blockbuster as bb
+    section = README.read_text().split("## Block programs", 1)[1]
+    text = re.search(r"```\n(program .*?)```", section, flags=re.S).group(1)
+    program = bb.parse_program(text)
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 200, 64)).astype(np.float32)
+    got = bb.compile(program, backend="reference")(Q=q, K=k, V=v)["O"]
+    s = q.astype(np.float64) @ k.T.astype(np.float64) / 8.0
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    want = p / p.sum(axis=1, keepdims=True) @ v
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < 1e-5
