@@ -111,6 +111,26 @@ def _check_rhs(rule: RuleDef, pvars: set, loop_names: set) -> None:
                                 "which the pattern does not bind as a loop")
 
 
+def escaping_variables(rule: RuleDef, info: PatternInfo) -> list[tuple[str, str]]:
+    """``(pvar, loop var)`` pairs where the right-hand side uses ``pvar`` outside a
+    binder of ``loop var`` although the pattern matches it inside one, where it may
+    vary with that loop variable (no ``invariant(pvar, var)`` guard): such a value
+    has no meaning outside its loop, so the rule is wrong whatever it matches."""
+    found: list = []
+
+    def visit(n: Expr, bound: frozenset):
+        if n.op != "pvar":
+            return
+        for var, _rng in sorted(info.scopes.get(n.attr, ())):
+            pair = (n.attr, var)
+            if var not in bound and pair not in info.invariant and pair not in found:
+                found.append(pair)
+
+    walk_scoped([rule.rhs], frozenset(), visit,
+                lambda bound, b, n: bound | {b.var})
+    return found
+
+
 # --------------------------------------------------------------------- types
 
 RESTART_CHECKS = 600

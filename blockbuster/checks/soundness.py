@@ -35,6 +35,7 @@ from ..rewrite.actions import ACTION_IMPLS
 from .findings import Finding, finding
 from .instances import VALUE_KINDS, Deck, InstanceBuilder, MalformedRule, describe_inputs, \
     random_values
+from .patterns import escaping_variables
 
 #: Default number of instances run per rewrite rule (each on one value distribution).
 DEFAULT_TRIALS = 30
@@ -107,6 +108,13 @@ def check_rewrite(rule: RuleDef, trials: int = DEFAULT_TRIALS, seed: int = 0) ->
     if not builder.types:
         return finding(rule, False, 0, "no well-typed instance of the pattern exists "
                                        "(it can never match)")
+    escaping = escaping_variables(rule, builder.info)
+    if escaping:
+        name, var = escaping[0]
+        return finding(rule, False, 0, f"the right-hand side uses '{name}' outside the "
+                       f"binder of '{var}', but the pattern matches it inside, where it may "
+                       f"vary with '{var}': keep it inside, or add the guard "
+                       f"invariant({name}, {var})")
     rng = np.random.default_rng(seed)
     values = Deck(VALUE_KINDS, random.Random(seed + 1))
     ran = 0

@@ -130,3 +130,18 @@ def _shipped_rewrite_rules():
 def test_every_shipped_rewrite_rule_is_sound(rule):
     finding = check_rewrite(rule, seed=0)
     assert finding.sound and finding.trials >= 10, str(finding)
+
+
+def test_a_value_taken_out_of_its_loop_is_named_with_the_guard_that_would_allow_it():
+    """`b` matched inside `sum(k ...)` may vary with k: using it outside the loop is
+    wrong whatever the rule matches, and the finding says which variable and loop
+    (not an ill-formed instance program's loads); with the guard it is sound."""
+    text = "rule lift: sum(k in R: mul(a, b)) => mul(sum(k in R: a), b)\n"
+    f = check_rewrite(load_rules_text(text, "lift.bbr").rules["lift"])
+    assert not f.sound
+    assert "uses 'b' outside the binder of 'k'" in f.detail
+    assert "invariant(b, k)" in f.detail and "kernel 'k'" not in f.detail
+    guarded = load_rules_text(text.replace("\n", " if invariant(b, k)\n"), "lift.bbr")
+    assert check_rewrite(guarded.rules["lift"]).sound
+    inner = "rule keep: sum(k in R: mul(a, b)) => sum(k in R: mul(b, a))\n"
+    assert check_rewrite(load_rules_text(inner, "keep.bbr").rules["keep"]).sound
