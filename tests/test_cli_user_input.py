@@ -416,3 +416,28 @@ def test_trust_rules_without_rules_is_refused(capsys):
     err = _fails(["run", *SMALL, "--trust-rules"], capsys)
     assert err == ("error: --trust-rules: only with --rules FILE (it skips the check of your "
                    "rules; the shipped rules need none)\n")
+
+
+def test_a_rule_file_given_as_a_program_and_back_says_which_kind_it_is(tmp_path, capsys):
+    rules = tmp_path / "mine.bbp"                  # rules saved under a program's suffix
+    rules.write_text("# my rules\nrule twice: neg(neg(a)) => a\n")
+    err = _fails(["run", str(rules), "--backend", "reference"], capsys)
+    assert err.startswith(f"{rules}:2:1: unexpected 'rule', expected program: this is a "
+                          "rule file (.bbr), not a block program (.bbp)")
+    program = tmp_path / "p.bbp"
+    program.write_text(PROGRAM)
+    for argv in (["rules", "check", str(program)],
+                 ["run", str(program), "--rules", str(program), "--backend", "reference"]):
+        err = _fails(argv, capsys)
+        assert err.startswith(f"{program}:1:1: unexpected 'program'")
+        assert "this is a block program (.bbp), not a rule file (.bbr)" in err.splitlines()[0]
+
+
+def test_parse_program_given_a_file_name_says_it_wants_the_text():
+    import blockbuster as bb
+    with pytest.raises(bb.SourceError, match="'model.bbp' looks like a file name; the text "
+                                             r"is wanted here \(read the file first\)"):
+        bb.parse_program("model.bbp")
+    with pytest.raises(bb.SourceError) as info:      # other bad text: no such hint
+        bb.parse_program("garbage")
+    assert "file name" not in str(info.value) and "this is" not in str(info.value)

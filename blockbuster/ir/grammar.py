@@ -119,6 +119,29 @@ def _cut_short(text: str, pos: int, value: str, expected: str,
                                  f"a new '{word}'){wanted}")
 
 
+#: The words that begin each kind of file (a rule file may also begin with a rule).
+_FIRST_WORDS = {"rulefile": frozenset({"rule", "phase", "schedule", "include"}),
+                "program": frozenset({"program"})}
+_KINDS = {"rulefile": "a rule file (.bbr)", "program": "a block program (.bbp)"}
+
+
+def _other_kind(text: str, tok, start: str) -> str | None:
+    """Where the first word of the text begins the other kind of file (a program given
+    to `rules check`, a rule file given to `run`), or the text is a file's name
+    (`parse_program("model.bbp")`), say so: the grammar's list of expected words does
+    not."""
+    if start not in _KINDS or text[:tok.start_pos].split("#", 1)[0].strip():
+        return None                                       # not the first word
+    for kind, words in _FIRST_WORDS.items():
+        if kind != start and tok.value in words:
+            return f"this is {_KINDS[kind]}, not {_KINDS[start]}"
+    stripped = text.strip()
+    if "\n" not in stripped and stripped.endswith((".bbp", ".bbr")):
+        return (f"{stripped!r} looks like a file name; the text is wanted here "
+                "(read the file first)")
+    return None
+
+
 def _parse(text: str, start: str, filename: str) -> lark.Tree:
     try:
         return parser().parse(text, start=start)
@@ -136,6 +159,9 @@ def _parse(text: str, start: str, filename: str) -> lark.Tree:
             message = (f"unexpected {tok.value!r}, expected "
                        f"{_describe_expected(err.expected)}")
             history = getattr(err, "token_history", None) or [None]
+            other = _other_kind(text, tok, start)
+            if other:
+                message = f"{message}: {other}"
             cut = _cut_short(text, tok.start_pos, tok.value,
                              _describe_expected(err.expected), history[-1])
             if cut is not None:
