@@ -19,6 +19,7 @@ block of its output (so ragged blocks are visited), inside an outer point loop
 from __future__ import annotations
 
 import random
+import re
 
 import attrs
 import numpy as np
@@ -230,7 +231,7 @@ class InstanceBuilder:
                                  frozenset(v for v, _ in loops))
             rhs = verify(program(rhs_value))     # the store checks its type too
         except IRError as err:
-            return Instance(lhs, None, str(err), match, description)
+            return Instance(lhs, None, _rhs_problem(str(err)), match, description)
         return Instance(lhs, rhs, "", match, description)
 
     def _guards(self, program: Program, match: dict) -> bool:
@@ -245,6 +246,21 @@ class InstanceBuilder:
             if ok == g.negated:
                 return False
         return True
+
+
+_STORE_PREFIX = re.compile(r"^kernel 'k', store to out: ")
+_TYPE_CHANGE = re.compile(r"^value has type (.*) but the array's blocks are (.*)$")
+
+
+def _rhs_problem(message: str) -> str:
+    """The verifier's message about an instance's right-hand side, in the rule's terms:
+    the kernel and array the checker built around it are not the user's."""
+    message = _STORE_PREFIX.sub("", message)
+    changed = _TYPE_CHANGE.match(message)
+    if changed:
+        return (f"it has type {changed.group(1)} where the left-hand side has type "
+                f"{changed.group(2)} (a rewrite must keep the type of what it replaces)")
+    return message
 
 
 def binder_scope_order(info: PatternInfo, rname: str) -> list:

@@ -126,8 +126,8 @@ def check_rewrite(rule: RuleDef, trials: int = DEFAULT_TRIALS, seed: int = 0) ->
             continue
         ran += 1
         if inst.rhs is None:
-            return finding(rule, False, ran, f"ill-typed right-hand side with "
-                           f"{inst.description}:\n{inst.rhs_error}\n(seed {seed})")
+            return finding(rule, False, ran, f"ill-typed right-hand side: {inst.rhs_error}\n"
+                           f"with {inst.description}\n(seed {seed})")
         kind = values.draw()
         inputs = random_values(inst.lhs, kind, rng)
         try:

@@ -145,3 +145,13 @@ def test_a_value_taken_out_of_its_loop_is_named_with_the_guard_that_would_allow_
     assert check_rewrite(guarded.rules["lift"]).sound
     inner = "rule keep: sum(k in R: mul(a, b)) => sum(k in R: mul(b, a))\n"
     assert check_rewrite(load_rules_text(inner, "keep.bbr").rules["keep"]).sound
+
+
+def test_a_right_hand_side_of_another_type_is_named_in_the_rules_terms():
+    """Not the checker's own scaffolding (its kernel 'k' storing to 'out')."""
+    rule = load_rules_text("rule zero: sub(a, a) => 0.0\n", "zero.bbr").rules["zero"]
+    f = check_rewrite(rule)
+    assert not f.sound
+    assert "ill-typed right-hand side: it has type scalar where the left-hand side has type " \
+           "block[" in f.detail
+    assert "kernel 'k'" not in f.detail and "store to out" not in f.detail
