@@ -190,7 +190,22 @@ def compile(program, backend="reference", tune=None, **options):  # noqa: A001 -
             tuned = _tune(made, backend, mode)
             if tuned.blocks != {d: program.dim(d).block for d in made.sizes}:
                 program = tuned.program or made.derive(tuned.blocks)
-    return backend.compile(program, **options)
+    try:
+        return backend.compile(program, **options)
+    except TypeError as err:
+        unknown = _unknown_option(err, options)
+        if unknown is None:
+            raise
+        raise UsageError(f"compile: backend '{backend.name}' takes no option "
+                         f"'{unknown}'") from None
+
+
+def _unknown_option(err: TypeError, options: dict) -> str | None:
+    """The option of ``options`` that a backend's compiler refused as an unexpected
+    keyword (Python's own TypeError names it), else None: another TypeError is a bug."""
+    import re
+    found = re.search(r"unexpected keyword argument '(\w+)'", str(err))
+    return found.group(1) if found and found.group(1) in options else None
 
 
 # ``cost`` is both the API function and the subpackage ``blockbuster.cost``, and

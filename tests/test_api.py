@@ -135,3 +135,35 @@ def test_load_rules_refuses_what_is_not_a_rule_file_path(args, fragment):
     # ".: a directory, not a rule file" for "".
     with pytest.raises(bb.UsageError, match=fragment.replace("(", r"\(")):
         bb.load_rules(*args)
+
+
+SCALE = """\
+program scale
+dim M = 10 block 4
+input X[M, M]
+weight w[M]
+output Y[M, M]
+kernel Y for m in M, n in M:
+  Y[m, n] = colscale(w[n], X[m, n])
+"""
+
+
+def test_arrays_passed_by_position_are_refused_in_one_line():
+    """`run(x)` has no name to go by: a one-line error saying how to pass arrays, not
+    NumPy's 'truth value of an array is ambiguous'."""
+    compiled = bb.compile(bb.parse_program(SCALE), backend="reference")
+    x, w = np.arange(100.0).reshape(10, 10), np.linspace(1, 2, 10)
+    for call in (lambda: compiled(x), lambda: compiled.bind(w),
+                 lambda: compiled.bind(w=w)(x)):
+        with pytest.raises(bb.BackendError, match="takes its arrays by name .* got a "
+                                                  "ndarray by position"):
+            call()
+    want = x * w
+    assert np.allclose(compiled({"X": x}, w=w)["Y"], want)
+    assert np.allclose(compiled.bind({"w": w})({"X": x})["Y"], want)
+
+
+def test_an_option_the_backend_does_not_take_is_a_usage_error():
+    with pytest.raises(bb.UsageError, match="^compile: backend 'reference' takes no option "
+                                            "'threds'$"):
+        bb.compile(bb.parse_program(SCALE), backend="reference", threds=2)

@@ -48,7 +48,7 @@ class CompiledProgram:
         return self.program.outputs
 
     def __call__(self, arrays: Mapping[str, Any] | None = None, /, **kwargs) -> Arrays:
-        given = dict(arrays or {})
+        given = _by_name(arrays, "a compiled program")
         for name in kwargs:
             if name in given:
                 raise BackendError(f"input '{name}' is given twice (in the dict and as a keyword)")
@@ -70,7 +70,7 @@ class CompiledProgram:
         Contract: the weights are copied when bound. Changing the caller's arrays
         afterwards does not change the bound program; call ``bind`` again with the new
         weights (that reruns the preparation)."""
-        given = dict(arrays or {})
+        given = _by_name(arrays, "bind")
         given.update(weights)
         p = self.program
         for name, value in (p.params or {}).items():
@@ -147,7 +147,7 @@ class BoundProgram:
         return len(self.per_call.program.kernels)
 
     def __call__(self, arrays: Mapping[str, Any] | None = None, /, **kwargs) -> Arrays:
-        given = dict(arrays or {})
+        given = _by_name(arrays, "a bound program")
         given.update(kwargs)
         for name in given:
             if name in self.fixed or name in self.weights:
@@ -188,6 +188,18 @@ def as_dtype(dtype, backend: str) -> np.dtype:
     except (TypeError, ValueError):
         raise BackendError(f"{backend}: dtype must be a NumPy floating-point dtype "
                            f"(np.float32, \"float64\"), got {dtype!r}") from None
+
+
+def _by_name(arrays, what: str) -> dict:
+    """The arrays of a positional argument: a mapping of names to arrays. An array
+    passed by position has no name to go by (and ``arrays or {}`` would ask NumPy for
+    its truth value)."""
+    if arrays is None:
+        return {}
+    if not isinstance(arrays, Mapping):
+        raise BackendError(f"{what} takes its arrays by name (keywords NAME=array, or a "
+                           f"dict of them), got a {type(arrays).__name__} by position")
+    return dict(arrays)
 
 
 def _squeezed(shape) -> tuple:
