@@ -37,9 +37,6 @@ def add_run(sub) -> None:
                    help="print exactly one JSON object on stdout (the derivation and "
                         "the generated source go into it)")
     add_rule_args(p)
-    p.add_argument("--trust-rules", action="store_true",
-                   help="skip the soundness check of the rules in --rules files (they "
-                        "are checked before use otherwise; results are cached)")
     p.add_argument("--explain", action="store_true",
                    help="print the derivation rule by rule, in the text form")
     p.add_argument("--verify-steps", action="store_true",
@@ -69,6 +66,9 @@ def add_rule_args(p: argparse.ArgumentParser) -> None:
                    help="time limit of the whole fusion")
     p.add_argument("--max-nodes", type=positive_int_arg, metavar="INT",
                    help="limit on expression nodes")
+    p.add_argument("--trust-rules", action="store_true",
+                   help="skip the soundness check of the rules in --rules files (they "
+                        "are checked before use otherwise; results are cached)")
 
 
 def load_rule_args(args: argparse.Namespace):

@@ -122,3 +122,41 @@ def test_a_deprecated_action_name_is_one_warning_line(tmp_path, capsys):
     assert cli.main(["rules", "list", path]) == 0
     assert capsys.readouterr().err == (f"warning: {path}:1:15: action 'hoist_accumulators' "
                                        "is deprecated, use 'hold_accumulators'\n")
+
+
+INLINE_ONLY = ("rule my_inline: apply inline(X) if intermediate(X), same_index(X)\n"
+               "rule my_drop: apply drop_dead()\n")
+
+
+def test_show_fused_prints_what_your_rules_make_as_run_compiles_it(tmp_path, capsys):
+    """`show --fused --rules` (and --without-rule): the program `run` with the same
+    flags compiles; your rules are checked first, as for run."""
+    path = write(tmp_path, INLINE_ONLY)
+    flags = ["--size", "N=40", "--size", "D=8", "--backend", "reference", "--tune", "off",
+             "--rules", path]
+    assert cli.main(["show", "attention", "--fused", *flags]) == 0
+    shown = capsys.readouterr().out
+    assert cli.main(["run", "attention", *flags, "--json"]) == 0
+    ran = json.loads(capsys.readouterr().out)["fused_program"]
+    assert shown.split("\n", 1)[1] == ran
+    assert "online_softmax" not in shown and "max(" in shown     # inlining only
+    assert cli.main(["show", "attention", "--fused", *flags, "--without-rule",
+                     "my_inline"]) == 0
+    assert capsys.readouterr().out.count("\nkernel ") == 8      # nothing inlined
+
+
+def test_show_fused_refuses_unsound_rules_unless_trusted(tmp_path, capsys):
+    path = write(tmp_path, UNSOUND)
+    argv = ["show", "attention", "--fused", *SMALL, "--rules", path]
+    assert cli.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "exp_split: UNSOUND" in err
+    assert cli.main(argv + ["--trust-rules"]) == 0
+    assert "kernel O" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag", [["--rules", "x.bbr"], ["--without-rule", "x"],
+                                  ["--max-steps", "3"], ["--trust-rules"]])
+def test_rule_flags_of_show_need_fused(flag, capsys):
+    assert cli.main(["show", "attention", *flag]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {flag[0]}: only with --fused")
