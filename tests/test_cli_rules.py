@@ -160,3 +160,13 @@ def test_show_fused_refuses_unsound_rules_unless_trusted(tmp_path, capsys):
 def test_rule_flags_of_show_need_fused(flag, capsys):
     assert cli.main(["show", "attention", *flag]) == 2
     assert capsys.readouterr().err.startswith(f"error: {flag[0]}: only with --fused")
+
+
+def test_rules_check_exits_1_on_a_numerically_unstable_rule(tmp_path, capsys):
+    """As the README's exit statuses say: unstable (sound in exact arithmetic, but the
+    expanded square cancels catastrophically in float32) is exit 1, like unsound."""
+    path = write(tmp_path, "rule sq: square(sub(a, b)) => "
+                           "add(sub(square(a), mul(mul(a, b), 2.0)), square(b))\n")
+    assert cli.main(["rules", "check", path, "--backend", "reference"]) == 1
+    out = capsys.readouterr().out
+    assert "sq: UNSTABLE" in out and out.endswith("1 ok, 0 unsound, 1 unstable\n")

@@ -130,7 +130,7 @@ def _other_kind(text: str, tok, start: str) -> str | None:
     to `rules check`, a rule file given to `run`), or the text is a file's name
     (`parse_program("model.bbp")`), say so: the grammar's list of expected words does
     not."""
-    if start not in _KINDS or text[:tok.start_pos].split("#", 1)[0].strip():
+    if start not in _KINDS or text[:tok.start_pos or 0].split("#", 1)[0].strip():
         return None                                       # not the first word
     for kind, words in _FIRST_WORDS.items():
         if kind != start and tok.value in words:
