@@ -17,6 +17,7 @@ from ..tensors import reshapes as R
 from ..tensors.composites import layer_norm, rms_norm, softmax
 from ..tensors.values import Value, scalar
 from .dims import ImportError_
+from . import strided
 from . import aten_elementwise  # noqa: F401  (registers the elementwise handlers)
 # HANDLERS, Empty and TAKES_EMPTY are read by the lowering through this module.
 from .aten_registry import HANDLERS, TAKES_EMPTY, Empty, handles  # noqa: F401
@@ -153,6 +154,9 @@ def _sdpa(low, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 @handles("view.default", "_unsafe_view.default", "reshape.default")
 def _view(low, node, x, shape):
     shape = [int(s) for s in shape]
+    pieces = strided.interleave_pieces(x) if not isinstance(x, Value) else None
+    if pieces is not None:                 # stack(..., -1).flatten(-2), absorbed
+        return strided.interleave(low, node, pieces)
     lead = _rows_flattened_for_a_linear(node, x, shape)
     if lead is not None:
         shape = list(lead) + [shape[-1]]
@@ -183,10 +187,24 @@ def _rows_flattened_for_a_linear(node, x, shape):
         lead.append(s)
         n *= s
     if n != rows or len(lead) < 2 or len(lead) >= x.rank:
-        return None
+        # the rows are not whole leading axes of ``x`` (``[T, B·H, D]``, heads still
+        # merged with the batch, viewed as ``[T·B, H·D]``): the view back names them
+        lead = _view_back_lead(node)
+        if lead is None or len(lead) < 2 or math.prod(lead) != rows:
+            return None
     if _leading_linear_view_back(node, tuple(lead)):
         return tuple(lead)
     return None
+
+
+def _view_back_lead(node):
+    """The leading sizes of the view after the linear layer that reads ``node``."""
+    (user,) = node.users
+    backs = [b for b in user.users if str(b.target) in _VIEWS]
+    if not backs:
+        return None
+    out = [int(s) for s in backs[0].args[1]]
+    return tuple(out[:-1]) if -1 not in out else None
 
 
 def _leading_linear_view_back(node, lead: tuple) -> bool:
@@ -260,6 +278,8 @@ def _to_copy(low, node, x, *rest, **kwargs):
 
 @handles("slice.Tensor")
 def _slice(low, node, x, dim=0, start=None, end=None, step=1):
+    if step != 1:
+        return strided.strided_slice(low, node, x, dim % x.rank, start, end, step)
     return V.slice_axis(low.planner, x, dim % x.rank, start, end, step, node.name)
 
 
@@ -431,6 +451,8 @@ def absorbed_nodes(graph, dynamic) -> set:
     pattern's consumer reads them, they are never lowered on their own."""
     out = set()
     for node in graph.nodes:
+        if node.name in dynamic and strided.interleave_pieces(node) is not None:
+            out.add(node.name)              # read by its view (interleaving)
         src = rotate_half_source(node)
         if src is None or node.name not in dynamic:
             continue

@@ -109,6 +109,10 @@ class Lowering:
         hint = self.target.get(node.name) or f"const_{node.name}"
         return self._array(node, hint, tuple(arr.shape), weight=arr)
 
+    def constant(self, node, hint: str, arr: np.ndarray) -> Value:
+        """A constant array the import itself makes (a selection matrix): a weight."""
+        return self._array(node, hint, tuple(arr.shape), weight=arr)
+
     def _array(self, node, hint: str, shape: tuple, weight=None) -> Value:
         keep = _kept_unit_axes(shape) if weight is None else ()
         axes = tuple(self.planner.new(s, "") if s != 1 or p in keep else None
