@@ -398,3 +398,29 @@ def test_transformer_encoder_fast_path_falls_back_naming_the_module():
                                              r"operator aten\._transformer_encoder_layer_fwd"), \
             torch.no_grad():
         assert _close(compiled(x), layer(x))
+
+
+class WithLength(torch.nn.Module):
+    """Returns a size computed from the input next to a tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x):
+        return self.block(x), x.shape[1] * 2
+
+
+def test_a_graph_returning_a_size_under_dynamic_shapes():
+    """A second sequence length makes TorchDynamo recompile with symbolic sizes;
+    the graph then returns the size (an int) next to the tensor. Lowering the whole
+    graph read the int as a node (AttributeError out of torch.compile); it is left
+    to PyTorch and the tensor's region compiled."""
+    model = WithLength().eval()
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    with torch.no_grad():
+        for t in (19, 11, 7):
+            x = torch.randn(2, t, 48)
+            got, n = compiled(x)
+            assert n == 2 * t and _close(got, model(x)[0])

@@ -184,7 +184,8 @@ class Lowering:
     def _finish(self, outputs: list) -> tuple:
         bounds, names = [], []
         for i, node in enumerate(outputs):
-            v = self.value(node) if node is not None else None
+            # a size (an int a graph under dynamic shapes returns) is no array
+            v = self.value(node) if isinstance(node, _torch().fx.Node) else None
             if v is None or isinstance(v, aten.Empty) or v.loader is None:
                 raise ImportError_(f"output {i} is not a tensor computed from the inputs")
             if any(c is None and s != 1 for s, c in zip(v.shape, v.axes)):
