@@ -93,3 +93,33 @@ def test_multihead_attention_weights_for_a_batch_of_two(batch_first):
     want_o = o if batch_first else o.transpose(1, 0, 2)
     assert max_rel_error(got[0].reshape(want_o.shape), want_o) < 1e-5
     assert max_rel_error(got[1].reshape(B, T, T), p.mean(1)) < 1e-5
+
+
+def test_cumulative_sums_along_the_last_axis():
+    """``cumsum`` (RoBERTa counts its non-padding tokens so) as a matmul with the
+    upper triangle of ones, for a batch of rows and for one sequence."""
+    def f(x, m):
+        return x.cumsum(-1) * 0.5, (m > 0).float().cumsum(dim=1) * m
+    x, m = torch.randn(2, 13, 19) * 10, torch.randn(1, 23)
+    got, _, _ = run_imported(f, x, m)
+    x64, m64 = _np(x), _np(m)
+    want = [np.cumsum(x64, -1) * 0.5, np.cumsum(m64 > 0, 1) * m64]
+    for g, w in zip(got, want):
+        assert max_rel_error(g.reshape(w.shape), w) < 1e-6
+
+
+@pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "gelu")])
+def test_transformer_encoder_layer_imported_under_no_grad(norm_first, activation):
+    """Under ``no_grad`` the layer's inference fast path is one fused ATen operator
+    (an import error): the import traces with autograd on, so its operators are
+    lowered; checked against the layer in float64 (its slow path)."""
+    from helpers_torch import float64_reference
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(24, 3, 40, dropout=0.0, batch_first=True,
+                                             norm_first=norm_first,
+                                             activation=activation).eval()
+    x = torch.randn(2, 11, 24)
+    with torch.no_grad():
+        got, _, _ = run_imported(layer, x)
+    want = float64_reference(layer, x).numpy()
+    assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5

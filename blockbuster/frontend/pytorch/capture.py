@@ -51,7 +51,11 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
         with warnings.catch_warnings():      # torch's deprecation chatter is not the user's
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
-            ep = _export(torch, module, tuple(example_inputs), strict)
+            # with autograd on, as a forward pass that could be trained: modules
+            # with an inference fast path (``nn.TransformerEncoderLayer`` under
+            # ``no_grad``: one fused ATen operator) trace their operators instead
+            with torch.enable_grad():
+                ep = _export(torch, module, tuple(example_inputs), strict)
             table = torch.export.default_decompositions()
             for op in kept_ops(torch):
                 table.pop(op, None)
