@@ -95,19 +95,6 @@ def test_multihead_attention_weights_for_a_batch_of_two(batch_first):
     assert max_rel_error(got[1].reshape(B, T, T), p.mean(1)) < 1e-5
 
 
-def test_cumulative_sums_along_the_last_axis():
-    """``cumsum`` (RoBERTa counts its non-padding tokens so) as a matmul with the
-    upper triangle of ones, for a batch of rows and for one sequence."""
-    def f(x, m):
-        return x.cumsum(-1) * 0.5, (m > 0).float().cumsum(dim=1) * m
-    x, m = torch.randn(2, 13, 19) * 10, torch.randn(1, 23)
-    got, _, _ = run_imported(f, x, m)
-    x64, m64 = _np(x), _np(m)
-    want = [np.cumsum(x64, -1) * 0.5, np.cumsum(m64 > 0, 1) * m64]
-    for g, w in zip(got, want):
-        assert max_rel_error(g.reshape(w.shape), w) < 1e-6
-
-
 @pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "gelu")])
 def test_transformer_encoder_layer_imported_under_no_grad(norm_first, activation):
     """Under ``no_grad`` the layer's inference fast path is one fused ATen operator

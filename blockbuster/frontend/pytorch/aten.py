@@ -293,11 +293,6 @@ def _select(low, node, x, dim, index):
     return V.drop_axis(picked, dim, low.planner)
 
 
-@handles("cumsum.default")
-def _cumsum(low, node, x, dim, dtype=None):
-    return strided.cumulative_sum(low, node, x, dim % x.rank)
-
-
 @handles("split_with_sizes.default", "split.Tensor")
 def _split(low, node, x, sizes, dim=0):
     dim %= x.rank

@@ -106,17 +106,3 @@ def interleave(low, node, pieces: list) -> Value:
                                                                 node.name)
     return total
 
-
-def cumulative_sum(low, node, x: Value, axis: int) -> Value:
-    """``cumsum`` along ``axis``: ``x`` times the upper triangle of ones (RoBERTa's
-    position ids count the tokens that are not padding). Exact for counts below
-    2^24; for floats the sum's rounding order is a matmul's."""
-    n = x.shape[axis]
-    if x.axes[axis] is None:
-        raise ImportError_("cumsum along a broadcast (size-1 or expanded) axis")
-    if axis != x.rank - 1:
-        raise ImportError_("cumsum along an axis other than the last is not supported")
-    # one row per index of the leading axes: [.., 1, T] @ [T, T]
-    row = V.insert_axis(x, x.rank - 1)
-    out = along_last_axis(low, node, row, row.rank - 1, np.triu(np.ones((n, n))), "tri")
-    return V.drop_axis(out, out.rank - 2)
