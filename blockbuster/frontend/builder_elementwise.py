@@ -98,6 +98,20 @@ class ElementwiseOps:
     def tanh(self, x: Tensor, name: str | None = None) -> Tensor:
         return self.unary("tanh", x, name)
 
+    def sin(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("sin", x, name)
+
+    def cos(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self.unary("cos", x, name)
+
+    def log1p(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``log(1 + x)``, accurate for tiny ``x``."""
+        return self.unary("log1p", x, name)
+
+    def expm1(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``exp(x) - 1``, accurate for tiny ``x``."""
+        return self.unary("expm1", x, name)
+
     def sigmoid(self, x: Tensor, name: str | None = None) -> Tensor:
         return self.unary("sigmoid", x, name)
 
@@ -173,7 +187,7 @@ class ElementwiseOps:
         return self.unary("abs", x, name)
 
     def pow(self, x: Tensor, exponent: float, name: str | None = None) -> Tensor:
-        """``x ** exponent``: 2, ±0.5, -1 or an integer up to 8 (one kernel)."""
+        """``x ** exponent``: an integer from -8 to 8, or a non-integer (``exp(e·log x)``)."""
         return self._array_out(self._k.power(self._value(x), exponent, f"pow {x.name}",
                                              self._new_name(name)))
 

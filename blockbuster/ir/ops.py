@@ -330,6 +330,12 @@ elementwise("relu", 1, lambda x: np.maximum(x, np.asarray(0, x.dtype)), cheap=Tr
 elementwise("erf", 1, _erf)
 elementwise("gelu", 1, _gelu)                      # x·½(1 + erf(x/√2))
 elementwise("gelu_tanh", 1, _gelu_tanh)            # ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
+elementwise("sin", 1, lambda x: np.sin(x))          # sinusoidal / rotary tables of runtime positions
+elementwise("cos", 1, lambda x: np.cos(x))
+# log(1 + x) and exp(x) - 1 without the cancellation of 1 + x / exp(x) - 1 at tiny x
+# (softplus, log-sigmoid and mish tails; ELU's negative side).
+elementwise("log1p", 1, lambda x: np.log1p(x), domain="positive")
+elementwise("expm1", 1, lambda x: np.expm1(x))
 # Elementwise, two operands (``max``/``min`` are NaN-propagating, as np.maximum).
 elementwise("add", 2, lambda a, b: np.add(a, b), cheap=True)
 elementwise("sub", 2, lambda a, b: np.subtract(a, b), cheap=True)

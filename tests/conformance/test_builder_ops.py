@@ -32,6 +32,11 @@ FUNCTIONS = {
     "GELUT": (lambda g, x, z, n: g.gelu_tanh(x, n), lambda x, z: gelu_tanh(x)),
     "ERF": (lambda g, x, z, n: g.erf(x, n), lambda x, z: ERF(x)),
     "TANH": (lambda g, x, z, n: g.tanh(x, n), lambda x, z: np.tanh(x)),
+    "SIN": (lambda g, x, z, n: g.sin(x, n), lambda x, z: np.sin(x)),
+    "COS": (lambda g, x, z, n: g.cos(x, n), lambda x, z: np.cos(x)),
+    "LOG1P": (lambda g, x, z, n: g.log1p(g.unary("abs", x), n),
+              lambda x, z: np.log1p(np.abs(x))),
+    "EXPM1": (lambda g, x, z, n: g.expm1(x, n), lambda x, z: np.expm1(x)),
     "SIG": (lambda g, x, z, n: g.sigmoid(x, n), lambda x, z: sigmoid(x)),
     "RELU": (lambda g, x, z, n: g.relu(x, n), lambda x, z: np.maximum(x, 0.0)),
     "LOG": (lambda g, x, z, n: g.log(g.unary("abs", x), n), lambda x, z: np.log(np.abs(x))),
@@ -91,7 +96,7 @@ def test_builder_functions_against_float64_math(backend, fused, scale):
 
 def test_elementwise_chains_of_the_new_operators_fuse_into_their_consumer():
     unfused, fused = programs()
-    assert len(unfused.kernels) == len(FUNCTIONS) + 7      # 7 intermediates (abs, gt, ...)
+    assert len(unfused.kernels) == len(FUNCTIONS) + 8      # 8 intermediates (abs, gt, ...)
     # every intermediate was inlined into its consumer: only the outputs are stored
     assert len(fused.kernels) <= len(FUNCTIONS)
     produced = {s.array for k in fused.kernels for s in k.stores}

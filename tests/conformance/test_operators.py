@@ -44,6 +44,10 @@ MATH = {
     "gelu": lambda x: x * 0.5 * (1.0 + _erf(x / math.sqrt(2.0))),
     "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
                                                      * (x + 0.044715 * x ** 3))),
+    "sin": np.sin,
+    "cos": np.cos,
+    "log1p": np.log1p,       # NumPy's own log1p/expm1: libm's, not the code under test
+    "expm1": np.expm1,
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "max": np.maximum, "min": np.minimum,
     "lt": _mask(np.less), "le": _mask(np.less_equal), "gt": _mask(np.greater),
@@ -382,3 +386,37 @@ def test_where_and_comparisons_on_row_vectors(run, rng):
     np.testing.assert_allclose(out["R"], r, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out["Y"], np.where(r >= 1, r, 0.5)[:, None] * np.maximum(x, 0),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_log1p_and_expm1_are_accurate_for_tiny_and_huge_operands(backend):
+    """Relative accuracy where 1 + x and exp(x) - 1 would cancel (|x| down to 1e-30),
+    and the limits: log1p(-1) = -inf, log1p(inf) = inf, expm1 → -1 and overflow."""
+    tiny = [1e-30, -1e-30, 1e-20, 1e-12, -1e-12, 3e-8, -3e-8, 1e-6, -1e-6, 1e-4, -1e-4,
+            0.3, -0.3, 0.49, -0.49, 0.51, -0.51, 2.0, -2.0, 30.0, -30.0, -1e4, 1e4, 0.0]
+    x = f32(np.resize(tiny, SHAPE))
+    p = np.abs(x)
+    p.flat[-3:] = [np.inf, 1e30, 0.0]
+    l = x.copy()
+    l.flat[-4:] = [-1.0, -0.999, -0.5, 1e30]
+    l, p = f32(l), f32(p)
+    text = _program_text({"L": "log1p(X[i, j])", "E": "expm1(Z[i, j])",
+                          "Q": "log1p(P[i, j])"}, "XZP")
+    with np.errstate(all="ignore"):
+        out = backend.compile(program(text), dtype=np.float32)(X=l, Z=x, P=p)
+        want_l, want_e, want_p = np.log1p(l), np.expm1(x), np.log1p(p)
+    for name, want in (("L", want_l), ("E", want_e), ("Q", want_p)):
+        got = out[name]
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want.astype(np.float32)),
+                                      err_msg=name)
+        np.testing.assert_allclose(got, want.astype(np.float32), rtol=4e-7, atol=0,
+                                   err_msg=name)
+
+
+def test_sin_and_cos_of_large_positions(backend):
+    """Sinusoidal / rotary angles of runtime positions: arguments up to 1e4 radians,
+    where float32 sin/cos must still be the rounding of the true value."""
+    x = f32(np.resize(np.linspace(-1e4, 1e4, 35) + 0.37, SHAPE))
+    out = backend.compile(program(_program_text({"S": "sin(X[i, j])", "C": "cos(X[i, j])"},
+                                                "X")), dtype=np.float32)(X=x)
+    np.testing.assert_allclose(out["S"], np.sin(x), rtol=0, atol=2e-7)
+    np.testing.assert_allclose(out["C"], np.cos(x), rtol=0, atol=2e-7)

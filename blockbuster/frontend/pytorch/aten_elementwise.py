@@ -3,6 +3,8 @@ clamps (each emits one elementwise kernel of the unfused program)."""
 
 from __future__ import annotations
 
+import math
+
 from ..tensors.values import Value, scalar
 from .aten_registry import handles, operand
 from .dims import ImportError_
@@ -18,13 +20,15 @@ def _ew(op):
 
 _ARITY = {"neg": 1, "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "erf": 1,
           "sigmoid": 1, "relu": 1, "abs": 1, "recip": 1, "silu": 1, "square": 1,
+          "sin": 1, "cos": 1, "log1p": 1, "expm1": 1,
           "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2,
           "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "where": 3}
 
 for _name, _op in [("neg", "neg"), ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"),
                    ("rsqrt", "rsqrt"), ("tanh", "tanh"), ("erf", "erf"),
                    ("sigmoid", "sigmoid"), ("relu", "relu"), ("abs", "abs"),
-                   ("reciprocal", "recip"), ("silu", "silu"),
+                   ("reciprocal", "recip"), ("silu", "silu"), ("sin", "sin"),
+                   ("cos", "cos"), ("log1p", "log1p"), ("expm1", "expm1"),
                    ("maximum", "max"), ("minimum", "min")]:
     handles(f"{_name}.default")(_ew(_op))
 for _cmp in ("lt", "le", "gt", "ge", "eq", "ne"):
@@ -117,47 +121,67 @@ def _elu(low, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
     k = low.k
     inner = x if input_scale == 1 else k.elementwise("mul", [x, scalar(input_scale)],
                                                     node.name)
-    neg = k.elementwise("mul", [k.elementwise("sub", [k.elementwise("exp", [inner],
-                                                                     node.name),
-                                                      scalar(1.0)], node.name),
-                                scalar(alpha)], node.name)
+    neg = k.elementwise("mul", [k.elementwise("expm1", [inner], node.name), scalar(alpha)],
+                        node.name)
     out = _positive_else(low, node, x, neg)
     return out if scale == 1 else k.elementwise("mul", [out, scalar(scale)], node.name)
 
 
-@handles("log1p.default")
-def _log1p(low, node, x):
-    """``log(1 + x)`` (LogSigmoid's tail): exact to float32 rounding of ``1 + x``, an
-    absolute error of about 6e-8 where ``x`` is tiny."""
-    return low.k.elementwise("log", [low.k.elementwise("add", [x, scalar(1.0)], node.name)],
-                             node.name)
-
-
-@handles("expm1.default")
-def _expm1(low, node, x):
-    """``exp(x) - 1`` (CELU, SELU's negative side): an absolute error of float32
-    rounding where ``x`` is tiny."""
-    return low.k.elementwise("sub", [low.k.elementwise("exp", [x], node.name), scalar(1.0)],
-                             node.name)
-
-
 @handles("softplus.default")
 def _softplus(low, node, x, beta=1.0, threshold=20.0):
-    """``(max(z, 0) + log(1 + exp(-|z|)))/beta``, ``z = beta·x``: no overflow; where
-    ``z > threshold`` PyTorch returns ``x`` (the two differ by < exp(-threshold))."""
+    """``(max(z, 0) + log1p(exp(-|z|)))/beta``, ``z = beta·x``: no overflow, and the
+    left tail (``exp(z)``, down to float32's subnormals) keeps its relative accuracy;
+    where ``z > threshold`` PyTorch returns ``x`` (the two differ by < exp(-threshold))."""
     k = low.k
     z = x if beta == 1 else k.elementwise("mul", [x, scalar(beta)], node.name)
     tail = k.elementwise("exp", [k.elementwise("neg", [k.elementwise("abs", [z],
                                                                       node.name)],
                                                node.name)], node.name)
     soft = k.elementwise("add", [k.elementwise("relu", [z], node.name),
-                                 k.elementwise("log", [k.elementwise(
-                                     "add", [tail, scalar(1.0)], node.name)], node.name)],
-                         node.name)
+                                 k.elementwise("log1p", [tail], node.name)], node.name)
     if beta != 1:
         soft = k.elementwise("mul", [soft, scalar(1.0 / beta)], node.name)
     over = k.elementwise("gt", [z, scalar(threshold)], node.name)
     return k.elementwise("where", [over, x, soft], node.name)
+
+
+@handles("sign.default")
+def _sign(low, node, x):
+    """``(x > 0) - (x < 0)``; NaN stays NaN (as ``torch.sign``)."""
+    k = low.k
+    x = operand(x)
+    step = k.elementwise("sub", [k.elementwise("gt", [x, scalar(0.0)], node.name),
+                                 k.elementwise("lt", [x, scalar(0.0)], node.name)],
+                         node.name)
+    return k.elementwise("where", [k.elementwise("ne", [x, x], node.name), x, step],
+                         node.name)
+
+
+@handles("pow.Tensor_Tensor")
+def _pow_tensor(low, node, base, exponent):
+    """``base ** exponent`` as ``exp(exponent·log(base))`` (1 where the exponent is 0,
+    0 or inf at a zero base as PyTorch). A negative base gives NaN, also for an
+    integral exponent (PyTorch gives a real power there)."""
+    k = low.k
+    base, exponent = operand(base), operand(exponent)
+    power = k.elementwise("exp", [k.elementwise("mul", [exponent, k.elementwise(
+        "log", [base], node.name)], node.name)], node.name)
+    return k.elementwise("where", [k.elementwise("eq", [exponent, scalar(0.0)], node.name),
+                                   scalar(1.0), power], node.name)
+
+
+@handles("pow.Scalar")
+def _pow_scalar_base(low, node, base, exponent):
+    """``base ** x`` for a number ``base > 0`` (``10000 ** (2i/d)`` of sinusoidal
+    embeddings): ``exp(x·ln base)``."""
+    if base <= 0:
+        raise ImportError_(f"{base} ** tensor (only a positive base)")
+    k = low.k
+    if base == 1:
+        return k.elementwise("ones", [operand(exponent)], node.name)
+    return k.elementwise("exp", [k.elementwise("mul", [operand(exponent),
+                                                      scalar(math.log(base))], node.name)],
+                         node.name)
 
 
 @handles("hardtanh.default")
@@ -170,7 +194,12 @@ def _clamp_min(low, node, x, lo):
     return low.k.elementwise("max", [x, operand(lo)], node.name)
 
 
-@handles("clamp.default")
+@handles("clamp_max.default")
+def _clamp_max(low, node, x, hi):
+    return low.k.elementwise("min", [x, operand(hi)], node.name)
+
+
+@handles("clamp.default", "clamp.Tensor")
 def _clamp(low, node, x, lo=None, hi=None):
     if lo is not None:
         x = low.k.elementwise("max", [x, operand(lo)], node.name)

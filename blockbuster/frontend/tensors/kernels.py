@@ -378,8 +378,9 @@ class KernelEmitter:
         return self.emit("concat", shape, axes, value, name)
 
     def power(self, x: Value, exponent: float, what: str, name: str | None = None) -> Value:
-        """``x ** exponent`` for 2, ±0.5, -1 (one operator each), 1 (``x`` itself) and
-        small integers up to 8 (a product of loads in one kernel)."""
+        """``x ** exponent`` for 2, ±0.5, -1 (one operator each), 1 (``x`` itself), 0
+        (ones), small integers up to 8 (a product of loads in one kernel), their
+        reciprocals down to -8, and non-integers (``exp(e·log x)``)."""
         simple = {2: "square", 0.5: "sqrt", -0.5: "rsqrt", -1: "recip"}
         if exponent in simple:
             return self.elementwise(simple[exponent], [x], what, name)
@@ -395,12 +396,16 @@ class KernelEmitter:
                     out = E.call("mul", out, b)
                 return out
             return self.emit("pow", x.shape, x.axes, power, name)
+        if exponent == 0:                        # 1 everywhere, NaN too (as torch)
+            return self.elementwise("ones", [x], what, name)
+        if float(exponent).is_integer() and -8 <= exponent <= -2:
+            return self.elementwise("recip", [self.power(x, -exponent, what)], what, name)
         if not float(exponent).is_integer():     # exp(e·log x): NaN for x < 0, as torch
             log = self.elementwise("log", [x], what)
             return self.elementwise("exp", [self.elementwise("mul", [log, scalar_value(
                 float(exponent))], what)], what, name)
         raise TensorError(f"{what}: x ** {exponent} is not supported (only integer "
-                          f"powers up to 8, ±0.5, -1 and non-integer ones)")
+                          f"powers from -8 to 8 and non-integer ones)")
 
     def rotate_half(self, v: Value, what: str, name: str | None = None) -> Value:
         """``cat(-x2, x1)`` of the halves of each row (rotary embeddings): one kernel."""

@@ -36,6 +36,8 @@ ELEMENTWISE_CODE = {
     "erf": "tl.erf({0})",
     # x / (1 + exp(-2u)), u = √(2/π)(x + 0.044715x³): the reference's form
     "gelu_tanh": "({0} / (1.0 + tl.exp(-1.5957691216057308 * ({0} + 0.044715 * {0} * {0} * {0}))))",
+    "sin": "tl.sin({0})",
+    "cos": "tl.cos({0})",
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
     "mul": "({0} * {1})",
@@ -83,9 +85,30 @@ def _gelu_lines(x: str, fresh) -> tuple[list[str], str]:
             f"1.0 - tl.erf({z}))).to(tl.float32)"], r
 
 
+def _log1p_lines(x: str, fresh) -> tuple[list[str], str]:
+    # Goldberg's log(u)·x/(u - 1), u = 1 + x rounded: the rounding of 1 + x cancels
+    # out (libdevice's log1p is not available under the interpreter).
+    u, d, r = fresh("u"), fresh("d"), fresh("log1p")
+    return [f"{u} = 1.0 + {x}",
+            f"{d} = {u} - 1.0",
+            f"{r} = tl.where({d} == 0.0, {x}, tl.where({u} == {d}, tl.log({u}), "   # x ≥ 2^24, inf
+            f"tl.log({u}) * ({x} / tl.where({d} == 0.0, 1.0, {d}))))"], r
+
+
+def _expm1_lines(x: str, fresh) -> tuple[list[str], str]:
+    # Kahan's (u - 1)·x/log(u), u = exp(x), where exp(x) - 1 would cancel (|x| < ½);
+    # beyond, exp(x) - 1 loses nothing (and overflows as exp does).
+    u, k, r = fresh("u"), fresh("k"), fresh("expm1")
+    return [f"{u} = tl.exp({x})",
+            f"{k} = tl.where(tl.abs({x}) < 0.5, {u}, 2.0)",
+            f"{r} = tl.where({k} == 1.0, {x}, tl.where(tl.abs({x}) < 0.5, "
+            f"({k} - 1.0) * ({x} / tl.log({k})), {u} - 1.0))"], r
+
+
 #: Elementwise operators of several statements: ``(operand, fresh) -> (lines,
 #: result)``, ``fresh(stem)`` naming each local.
-ELEMENTWISE_LINES = {"tanh": _tanh_lines, "gelu": _gelu_lines}
+ELEMENTWISE_LINES = {"tanh": _tanh_lines, "gelu": _gelu_lines, "log1p": _log1p_lines,
+                     "expm1": _expm1_lines}
 
 #: Block operators -> the function of ``codegen/expressions.py`` that lowers them.
 BLOCK_CODE = {
