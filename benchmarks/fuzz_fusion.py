@@ -74,6 +74,7 @@ UNARY_MATH = {
                                                         * (x + 0.044715 * x ** 3)))),
     "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda y: _one(y) / np.sqrt(y),
     "recip": lambda y: _one(y) / y,
+    "sin": np.sin, "cos": np.cos, "log1p": np.log1p, "expm1": np.expm1,
 }
 UNARY = tuple(n for n in ops.UNARY if ops.OPS[n].domain == "real")
 POSITIVE = tuple(n for n in ops.UNARY if ops.OPS[n].domain == "positive")  # of |x| + 1

@@ -10,8 +10,8 @@ from ..frontend.builder import GraphBuilder
 from ..ir import ops
 from ..ir.program import Program
 
-#: Unary operators defined on every real (the registry's domain "real"); exp is fed
-#: tanh of its operand to stay in range.
+#: Unary operators defined on every real (the registry's domain "real"); exp and
+#: expm1 are fed tanh of their operand to stay in range.
 UNARY = tuple(n for n in ops.UNARY if ops.OPS[n].domain == "real")
 STEPS = ("unary", "binary", "broadcast", "matmul", "reduce", "softmax", "rms_norm",
          "layer_norm")
@@ -39,7 +39,7 @@ def _attempt(rng: random.Random, max_steps: int) -> Program | None:
         a = rng.choice(mn)
         if kind == "unary":
             op = rng.choice(UNARY)
-            last = g.unary(op, g.unary("tanh", a) if op == "exp" else a)
+            last = g.unary(op, g.unary("tanh", a) if op in ("exp", "expm1") else a)
         elif kind == "binary":
             last = g.binary(rng.choice(["add", "sub", "mul"]), a, rng.choice(mn))
         elif kind == "broadcast":

@@ -40,7 +40,7 @@ def programs(draw):
         a = draw(st.sampled_from(mn))
         if kind == "unary":
             op = draw(st.sampled_from(UNARY))
-            src = g.unary("tanh", a) if op == "exp" else a      # keep exp in range
+            src = g.unary("tanh", a) if op in ("exp", "expm1") else a   # keep in range
             last = g.unary(op, src)
         elif kind == "binary":
             last = g.binary(draw(st.sampled_from(["add", "sub", "mul"])), a,
