@@ -79,8 +79,9 @@ def test_a_parallel_kernel_runs_on_thread_ranges_without_parfors():
     want = A.astype(np.float64) @ B.astype(np.float64)
     compiled = make_backend(cpu_hardware(cores=3, l2=1 << 20)).compile(program, parallel=True)
     assert "parallel=True" not in compiled.source
-    assert "def kernel_mm(A, B, Y, lo, hi):" in compiled.source
-    assert "parallel_for_(kernel_mm, 12, THREADS, A, B, Y)" in compiled.source
+    # (B's blocks are read by every row block: packed once per call, passed along)
+    assert "def kernel_mm(A, B, Y, B_packed, lo, hi):" in compiled.source
+    assert "parallel_for_(kernel_mm, 12, THREADS, A, B, Y, B_packed)" in compiled.source
     assert not compiled.run.uses_numba_pool
     got = compiled(A=A, B=B)["Y"]
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())

@@ -7,8 +7,8 @@ stored into a new uninitialised block (``gemm_set_``: nothing zeroed or read
 first); a ``dot`` that a ``sum`` (or online softmax) adds up is added straight into
 its accumulator (``gemm_``), with no product block in between.
 
-A right operand that is a block of a program input, the same in every parallel
-instance of the kernel (a weight, or attention's keys and values), is packed once
+A right operand that is a block of a program input read by several parallel
+instances of the kernel (a weight, or attention's keys and values), is packed once
 per call by the module (:mod:`..prepack`) instead of once per instance: the kernel
 takes the packed copy as an argument and calls ``gemm_packed_`` with the block's
 first row and column.
@@ -52,9 +52,10 @@ def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame, overwrite: bool = 
 def packed_operand(g, b: Block) -> str | None:
     """``PK, kfull, nfull, r0, c0`` (code) when ``b`` can be read from a packed copy
     of a whole program input, else None. It can when ``b`` is a view of a 2-D input
-    (or its transpose), its block indices do not depend on the kernel's parallel
-    loops (every instance reads the same blocks: packing once saves the others'
-    packing) and its first column is at a column strip of the packed layout."""
+    (or its transpose), the same block in several instances of the kernel (its block
+    indices do not depend on one of the kernel's loops: packing the input once saves
+    the other instances' packing) and its first column is at a column strip of the
+    packed layout."""
     transposed, v = False, b
     while v.lazy:
         if v.node.op == "transpose" and not v.args[0].lazy:
@@ -71,9 +72,10 @@ def packed_operand(g, b: Block) -> str | None:
     dims = m.array_dims[array]
     if array not in m.program.inputs or len(dims) != 2 or any(d.point for d in dims):
         return None
-    parallel = {var for var, d in g.kernel.loops if g.dims[d].nblocks > 1}
-    instances = math.prod(g.dims[d].nblocks for _v, d in g.kernel.loops)
-    if instances < 2 or any(free_vars(ix) & parallel for ix in load.attr.index):
+    used = set().union(*(free_vars(ix) for ix in load.attr.index))
+    # Instances of the kernel that read the same block: one packing instead of this many.
+    sharing = math.prod(g.dims[d].nblocks for var, d in g.kernel.loops if var not in used)
+    if sharing < 2:
         return None
     rows, cols = v.axes[::-1] if transposed else v.axes
     if cols.dim.nblocks > 1 and cols.dim.block % NR:
