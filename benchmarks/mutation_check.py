@@ -5,7 +5,7 @@ the tests related to each, and report which mutations survive (no test failed).
 
 The working tree is never modified: the repository (without .git, caches and build
 outputs) is copied to a temporary directory once; each mutation edits one line of the
-copy, runs ``python -m pytest -x -q -p no:cacheprovider <tests>`` there, and restores
+copy, runs ``python -m pytest -n 0 -x -q -p no:cacheprovider <tests>`` there, and restores
 the line. The copy's code is what gets imported: PYTHONPATH puts the copy and its
 Numba plugin first (the editable install's finder comes after sys.path), bytecode is
 neither read from nor written to the copy, and the script checks the imported module
@@ -147,7 +147,7 @@ def run_mutation(m: Mutation, copy: Path, env: dict) -> tuple[str, str]:
     lines[line] = lines[line].replace(m.original, m.replacement, 1)
     try:
         path.write_text("".join(lines))
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-x", "-q", "-p", "no:cacheprovider",
                                *tests], cwd=copy, env=env, capture_output=True, text=True,
                               timeout=900)
     except subprocess.TimeoutExpired:
@@ -175,7 +175,7 @@ def main() -> int:
         check_imports(copy, env)
         # Unmutated, the related tests pass: otherwise "killed" would mean nothing.
         baseline = sorted({t for m in chosen for t in m.tests if (copy / t).exists()})
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider",
                                *baseline], cwd=copy, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stdout[-3000:])
