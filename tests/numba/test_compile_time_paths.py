@@ -158,6 +158,7 @@ WARM_THEN_COMPILE = textwrap.dedent("""
     print(json.dumps({"hits": compiled.cache_hits, "misses": compiled.cache_misses,
                       "refreshed": refreshed,
                       "error": float(np.abs(got - want).max() / np.abs(want).max()),
+                      "digest": got.tobytes().hex(),
                       "later": abs(later(a) - (np.tanh(a).sum() + np.exp(a).max()))}))
 """)
 
@@ -177,5 +178,8 @@ def test_a_warm_start_loads_kernels_without_numbas_compiler_setup(tmp_path):
     assert cold["misses"] >= 1 and cold["refreshed"]
     assert warm["misses"] == 0 and warm["hits"] >= 1
     assert not warm["refreshed"], "loading cached kernels set Numba's compiler up"
+    assert warm["digest"] == cold["digest"]        # the loaded kernels are the compiled ones
+    # float32 row sums of values near 1e3 alone leave ~1e-5 of error here (NumPy in
+    # float32: 8.7e-6 on an AVX2 machine); the accuracy itself is tests/rewrite's job.
     for run in runs:
-        assert run["error"] < 1e-5 and run["later"] < 1e-12
+        assert run["error"] < 3e-5 and run["later"] < 1e-12
