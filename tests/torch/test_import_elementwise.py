@@ -35,6 +35,8 @@ ACTIVATIONS = {
     "pow_neg_int": lambda x: (x.abs() + 1.0) ** -3,
     "pow_zero": lambda x: x ** 0,
     "clamp_tensor": lambda x: torch.clamp(x, min=-x.abs() * 0.5, max=x * x),
+    "log2": lambda x: torch.log2(x.abs()), "log10": lambda x: torch.log10(x.abs()),
+    "exp2": lambda x: torch.exp2(x.clamp(max=120)), "tan": torch.tan,
 }
 
 
@@ -64,8 +66,14 @@ def test_activation_matches_float64_eager_at_large_and_tiny_magnitudes(name):
     got = got[0].astype(np.float64)
     assert np.array_equal(np.isfinite(got), np.isfinite(want)), name
     fin = np.isfinite(want)
-    # float32 rounding of the result; sin/cos: of an argument up to 1e4 (absolute)
+    # float32 rounding of the result; sin/cos: of an argument up to 1e4 (absolute);
+    # tan: sin/cos's absolute error over cos; exp2: its condition number |x ln 2|
+    # times float32's rounding of the argument
     tol = 2e-6 * np.abs(want[fin]) + (2e-7 if name in ("sin", "cos") else 1e-37)
+    if name == "tan":
+        tol = tol + 2e-7 * (1 + np.abs(want[fin])) / np.abs(np.cos(x.double().numpy()[fin]))
+    if name == "exp2":
+        tol = tol + 1.2e-7 * np.abs(x.double().numpy()[fin] * np.log(2)) * np.abs(want[fin])
     err = np.abs(got[fin] - want[fin])
     assert (err <= tol).all(), (name, float(np.max(err - tol)))
 
