@@ -223,9 +223,7 @@ def _exp2(low, node, x):
     """``2 ** x`` as ``exp(x · ln 2)``: the rounding of ``x · ln 2`` adds a relative
     error of ``|x · ln 2|`` float32 epsilons, what rounding ``x`` itself to float32
     already implies (exp2's condition number is ``|x · ln 2|``)."""
-    k = low.k
-    return k.elementwise("exp", [k.elementwise("mul", [operand(x), scalar(math.log(2.0))],
-                                               node.name)], node.name)
+    return _pow_scalar_base(low, node, 2.0, x)
 
 
 @handles("tan.default")
