@@ -25,6 +25,7 @@ CASES = [  # (K, N, r0, k, strip of c0, n, m): rows anywhere, panels straddled, 
     (700, 333, 130, 400, 2, 250, 9),                   # starts inside a panel, ends in another
     (mk.KC + 1, 2 * mk.NR + 1, mk.KC, 1, 1, mk.NR + 1, mk.MR),   # the one-row last panel
     (3 * mk.KC + 7, 5 * mk.NR, mk.KC - 3, 2 * mk.KC + 9, 4, mk.NR, 2 * mk.MR + 3),
+    (700, 640, 130, 400, 1, 300, 301),                 # several row blocks of A, two panels
 ]
 
 

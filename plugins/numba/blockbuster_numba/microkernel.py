@@ -9,10 +9,12 @@ VW`` vector loads) times ``MR`` broadcasts of ``A``, in fused multiply-adds.
 
 Around it, the driver packs B the way BLIS does, from any strides (a transposed
 block or a column slice costs no copy before the call): a ``kc x nc`` panel in
-``NR``-wide column strips, zero-padded, kept in L2 while every row tile of ``A``
-passes over it. ``A`` is read where it lies, at any strides, and a ragged tile of
-``C`` is read and written through masked vector loads and stores: one instantiation
-of the micro-kernel serves every block size and layout. No calls into BLAS: inside a
+``NR``-wide column strips, zero-padded, kept in L2; each strip, in L1, meets every
+``MR``-row strip of a row block of ``A`` (a quarter of L2) in turn. ``A`` is read
+where it lies, at any strides (the next strip prefetched while one runs), and a
+ragged tile of ``C`` is read and written through masked vector loads and stores (a
+full one through plain ones): one instantiation of the micro-kernel serves every
+block size and layout. No calls into BLAS: inside a
 ``prange`` there is no thread oversubscription, and on small blocks no per-call
 overhead to amortise.
 
@@ -79,6 +81,9 @@ KC = max(64, min(256, (_cache_bytes(1, 32 << 10) // 2) // (4 * MR) // 16 * 16))
 #: Bytes of a packed B panel (``kc x nc`` floats): half of L2. Its width follows the
 #: call's k-depth (a shallow block gets a wide panel: A is re-packed once per panel).
 PANEL_BYTES = _cache_bytes(2, 512 << 10) // 2
+#: Bytes of a row block of A that the tiles of one panel go over strip by strip: a
+#: quarter of L2 (beside the B panel's half).
+MC_BYTES = _cache_bytes(2, 512 << 10) // 4
 
 #: This file's hash: part of the driver's symbol name (:mod:`.gemm_call`).
 SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
@@ -92,6 +97,16 @@ def _element(dtype) -> tuple:
     if dtype == types.float64:
         return ir.DoubleType(), 8
     return ir.FloatType(), 4
+
+
+def _no_unroll(module):
+    """Loop metadata that keeps LLVM from unrolling a loop. Unrolled twice, the k
+    loop addressed each row of A through two pointers (one per copy): twelve of them
+    on AVX2, of which five lived on the stack and were reloaded every step."""
+    disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    loop = module.add_metadata([None, disable])
+    loop.operands = (loop, disable)        # a loop's metadata names itself first
+    return loop
 
 
 def _micro(mr: int, nr: int, vw: int):
@@ -155,6 +170,8 @@ def _micro(mr: int, nr: int, vw: int):
             n_splat = builder.shuffle_vector(n_splat, n_splat,
                                              ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
             col_masks = [builder.icmp_signed("<", idx, n_splat) for idx in lane_index]
+            full = builder.and_(builder.icmp_signed(">=", m_v, const(mr)),
+                                builder.icmp_signed(">=", n_v, const(nr)))
             for row in range(mr):
                 r = builder.select(builder.icmp_signed("<", const(row), m_v), const(row), last)
                 a_rows.append(builder.gep(a_base, [builder.mul(r, ars_v)]))
@@ -218,7 +235,8 @@ def _micro(mr: int, nr: int, vw: int):
                 k.add_incoming(k_next, latch)
                 for p, n in zip(accs, new):
                     p.add_incoming(n, latch)
-                builder.cbranch(builder.icmp_signed("<", k_next, kc_v), loop, done)
+                back = builder.cbranch(builder.icmp_signed("<", k_next, kc_v), loop, done)
+                back.set_metadata("llvm.loop", _no_unroll(builder.module))
 
                 builder.position_at_end(done)
                 outs = []
@@ -228,20 +246,35 @@ def _micro(mr: int, nr: int, vw: int):
                     out.add_incoming(n, latch)
                     outs.append(out)
                 align = ir.Constant(i32, size)
+
+                def write_tile(add, masked):
+                    for n, row in enumerate(rows):
+                        row_ptr = builder.bitcast(c_rows[row], fty.as_pointer())
+                        for v in range(nv):
+                            ptr = builder.bitcast(builder.gep(
+                                row_ptr, [const(v * lanes)]), vty.as_pointer())
+                            mask, out = row_masks[row][v], outs[n * nv + v]
+                            if add:
+                                old = (builder.call(masked_load, [ptr, align, mask, zero])
+                                       if masked else builder.load(ptr, align=size))
+                                out = builder.fadd(old, out)
+                            if masked:
+                                builder.call(masked_store, [out, ptr, align, mask])
+                            else:
+                                builder.store(out, ptr, align=size)
+
                 # Storing, C is not read (a load would cost its bandwidth even unused).
+                # A full tile takes plain vector stores: without AVX-512, a masked
+                # store is microcoded (vmaskmovps: ~10x a store on Zen 3), and twelve
+                # per tile cost ~8 % of a 6x16x256 tile's time.
                 with builder.if_else(store_v) as (storing, adding):
                     for add in (False, True):
                         with (adding if add else storing):
-                            for n, row in enumerate(rows):
-                                row_ptr = builder.bitcast(c_rows[row], fty.as_pointer())
-                                for v in range(nv):
-                                    ptr = builder.bitcast(builder.gep(
-                                        row_ptr, [const(v * lanes)]), vty.as_pointer())
-                                    mask, out = row_masks[row][v], outs[n * nv + v]
-                                    if add:
-                                        out = builder.fadd(builder.call(
-                                            masked_load, [ptr, align, mask, zero]), out)
-                                    builder.call(masked_store, [out, ptr, align, mask])
+                            with builder.if_else(full) as (whole, ragged):
+                                with whole:
+                                    write_tile(add, masked=False)
+                                with ragged:
+                                    write_tile(add, masked=True)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -312,6 +345,48 @@ def _pack_b(B, k0, kc, j0, nc, bp):
 
 
 @intrinsic
+def _prefetch(typingctx, ptr, byte):
+    """Fetch the cache line at byte ``byte`` of the pointer ``ptr`` towards L1 (a hint:
+    never faults, out of bounds included)."""
+    if not isinstance(ptr, types.CPointer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        p, off = args
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.gep(builder.bitcast(p, i8p), [off]), ir.Constant(i32, 0),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(ptr, types.int64), codegen
+
+
+@njit(inline="always", **{k: v for k, v in _OPTS.items() if k != "cache"})
+def _prefetch_strip(a, off, sa0, sa1, rows, kc, size):
+    """Prefetch the ``rows x kc`` strip of A at byte ``off`` (strides ``sa0``,
+    ``sa1``): ``rows`` runs of ``kc`` elements (row-major) or ``kc`` runs of ``rows``
+    (column-major); other layouts are not fetched.
+
+    Why: A is read where it lies, and a strip's ``MR`` rows are short streams (1 KiB
+    each at KC=256) that the hardware prefetchers barely learn before they end, so
+    the first tile of every strip waited on memory for each new line. The driver
+    fetches the next strip while one runs."""
+    if rows <= 0 or kc <= 0:
+        return
+    if sa1 == size:
+        runs, run_stride, span = rows, sa0, kc * size
+    elif sa0 == size:
+        runs, run_stride, span = kc, sa1, rows * size
+    else:
+        return
+    for r in range(runs):
+        for line in range(0, span + 64, 64):        # + a line: a run need not be aligned
+            _prefetch(a, off + r * run_stride + min(line, span - 1))
+
+
+@intrinsic
 def _view(typingctx, ptr, rows, cols, row_stride, col_stride):
     """The 2-D array of ``rows x cols`` elements at ``ptr``, strides in bytes (a view:
     no copy, no owner)."""
@@ -349,6 +424,32 @@ def _view_flat(typingctx, ptr, count):
     return arrtype(ptr, count), codegen
 
 
+@njit(inline="always", **{k: v for k, v in _OPTS.items() if k != "cache"})
+def _panel(a, a_off, sa0, sa1, m, kc, bp, b_off, b_step, c, c_off, sc0, sc1, nc, store, size):
+    """``C (+)= A · B`` over one packed panel of B: ``A`` the ``m x kc`` block at byte
+    ``a_off`` of ``a``, ``B``'s ``NR``-wide strips at ``bp[b_off + t*b_step:]``,
+    ``C`` the ``m x nc`` block at byte ``c_off`` of ``c``.
+
+    The loop order is BLIS's: row blocks of A that fit a quarter of L2, and within
+    one, each strip of B (``kc x NR``, in L1) meets every ``MR``-row strip of the
+    block in turn. Per step of k the micro-kernel then streams ``MR`` floats of A
+    from L2 and reads ``NR`` of B from L1; with the strip of A held in L1 and B's
+    strips streamed instead (the other order) it streamed ``NR`` floats from L2."""
+    strips = (nc + NR - 1) // NR
+    mc = max(MR, MC_BYTES // (size * max(kc, 1)) // MR * MR)
+    for ic in range(0, m, mc):
+        me = min(m, ic + mc)
+        for t in range(strips):
+            jt = t * NR
+            for i0 in range(ic, me, MR):
+                if t == 0:
+                    _prefetch_strip(a, a_off + (i0 + MR) * sa0, sa0, sa1,
+                                    min(MR, m - i0 - MR), kc, size)
+                _micro_tile(a, a_off + i0 * sa0, sa0, sa1, bp, b_off + t * b_step, kc,
+                            c, c_off + i0 * sc0 + jt * sc1, sc0, min(MR, me - i0),
+                            min(NR, nc - jt), store)
+
+
 def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
     """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B``, of the ``m x k``,
     ``k x n`` and ``m x n`` arrays at ``a``, ``b`` and ``c`` (strides in bytes;
@@ -374,12 +475,8 @@ def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
         for j0 in range(0, n, nc_step):
             nc = min(nc_step, n - j0)
             _pack_b(B, k0, kc, j0, nc, bp)
-            for i0 in range(0, m, MR):
-                for t in range((nc + NR - 1) // NR):
-                    jt = j0 + t * NR
-                    _micro_tile(a, i0 * sa0 + k0 * sa1, sa0, sa1, bp, t * kc * NR, kc,
-                                c, i0 * sc0 + jt * sc1, sc0, min(MR, m - i0), min(NR, n - jt),
-                                store)
+            _panel(a, k0 * sa1, sa0, sa1, m, kc, bp, 0, kc * NR, c, j0 * sc1, sc0, sc1, nc,
+                   store, size)
 
 
 # -- pre-packed right operands ---------------------------------------------------------
@@ -444,11 +541,7 @@ def driver_packed(a, m, k, sa0, sa1, pk, kfull, nfull, r0, c0, n, c, sc0, sc1, o
         base = p * KC * strips * NR + (ks - p * KC) * NR
         for j0 in range(0, n, nc_step):
             nc = min(nc_step, n - j0)
-            for i0 in range(0, m, MR):
-                for t in range((nc + NR - 1) // NR):
-                    jt = j0 + t * NR
-                    strip = (c0 + jt) // NR
-                    _micro_tile(a, i0 * sa0 + (ks - r0) * sa1, sa0, sa1, P,
-                                base + strip * depth * NR, kc, c, i0 * sc0 + jt * sc1, sc0,
-                                min(MR, m - i0), min(NR, n - jt), store)
+            _panel(a, (ks - r0) * sa1, sa0, sa1, m, kc, P,
+                   base + (c0 + j0) // NR * depth * NR, depth * NR, c, j0 * sc1, sc0, sc1, nc,
+                   store, size)
         ks = ke
