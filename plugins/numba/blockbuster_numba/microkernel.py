@@ -265,8 +265,8 @@ def _micro(mr: int, nr: int, vw: int):
 
                 # Storing, C is not read (a load would cost its bandwidth even unused).
                 # A full tile takes plain vector stores: without AVX-512, a masked
-                # store is microcoded (vmaskmovps: ~10x a store on Zen 3), and twelve
-                # per tile cost ~8 % of a 6x16x256 tile's time.
+                # store (vmaskmovps) is microcoded on AMD's cores, many micro-ops each,
+                # and a 6x16 tile has twelve of them.
                 with builder.if_else(store_v) as (storing, adding):
                     for add in (False, True):
                         with (adding if add else storing):
