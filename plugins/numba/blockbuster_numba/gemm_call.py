@@ -67,6 +67,8 @@ def ensure_gemm_symbol(dtype: str, kind: str = "plain") -> str:
     # Numba's compiler lock, not a lock of our own: a kernel's codegen (which holds
     # it) calls this too, and two locks taken in both orders could deadlock.
     with global_compiler_lock:
+        if kind == "plain":      # the plain driver calls the packed one by its name
+            ensure_gemm_symbol(dtype, "packed")
         if (dtype, kind) not in _ENTRIES:
             with full_codegen():
                 entry = _compile_entry(_DTYPES[dtype], kind)

@@ -450,6 +450,42 @@ def _panel(a, a_off, sa0, sa1, m, kc, bp, b_off, b_step, c, c_off, sc0, sc1, nc,
                             min(NR, nc - jt), store)
 
 
+@intrinsic
+def _packed_entry(typingctx, a, a_off, m, k, sa0, sa1, bp, n, c, c_off, sc0, sc1, overwrite):
+    """:func:`driver_packed` on ``bp``, one panel packed as :func:`pack_panels` lays
+    out a ``k x n`` matrix, ``A`` at byte ``a_off`` of ``a`` and ``C`` at byte
+    ``c_off`` of ``c``: called through its registered entry point (:mod:`.gemm_call`),
+    so that the micro-kernel's tile and its loops are compiled once, in that entry,
+    and not again in this driver (that halved the two drivers' compile)."""
+    if not (isinstance(a, types.CPointer) and isinstance(c, types.CPointer)
+            and isinstance(bp, types.Array) and a.dtype == bp.dtype == c.dtype
+            and a.dtype in (types.float32, types.float64)):
+        return None
+    i = types.int64
+    sig = types.void(a, i, i, i, i, i, bp, i, c, i, i, i, types.boolean)
+
+    def codegen(context, builder, signature, args):
+        from .gemm_call import ensure_gemm_symbol
+        a_v, aoff_v, m_v, k_v, sa0_v, sa1_v, bp_v, n_v, c_v, coff_v, sc0_v, sc1_v, ow_v = args
+        name = ensure_gemm_symbol(str(a.dtype), "packed")
+        i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+        ptr = context.get_value_type(a)
+
+        def at(p, off):
+            return builder.bitcast(builder.gep(builder.bitcast(p, i8p), [off]), ptr)
+
+        fnty = ir.FunctionType(ir.VoidType(), [ptr, i64, i64, i64, i64, ptr, i64, i64, i64,
+                                               i64, i64, ptr, i64, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+        data = context.make_array(signature.args[6])(context, builder, bp_v).data
+        zero = ir.Constant(i64, 0)
+        builder.call(fn, [at(a_v, aoff_v), m_v, k_v, sa0_v, sa1_v, data, k_v, n_v, zero, zero,
+                          n_v, at(c_v, coff_v), sc0_v, sc1_v, builder.zext(ow_v, i64)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
     """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B``, of the ``m x k``,
     ``k x n`` and ``m x n`` arrays at ``a``, ``b`` and ``c`` (strides in bytes;
@@ -457,7 +493,7 @@ def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
     the first panel of k stores its tiles instead of adding them: no zeroing of C
     first, no read of it (a product block of flash attention's depth-64 ``Q·Kᵀ``
     spent a fifth of its time on that). A is read where it lies, at any strides; B is
-    packed, a panel at a time.
+    packed a panel at a time, and each panel multiplied by :func:`driver_packed`.
 
     Compiled only as a C-callable entry point (:mod:`.gemm_call`), never as a Numba
     function that kernels link in."""
@@ -475,8 +511,7 @@ def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
         for j0 in range(0, n, nc_step):
             nc = min(nc_step, n - j0)
             _pack_b(B, k0, kc, j0, nc, bp)
-            _panel(a, k0 * sa1, sa0, sa1, m, kc, bp, 0, kc * NR, c, j0 * sc1, sc0, sc1, nc,
-                   store, size)
+            _packed_entry(a, k0 * sa1, m, kc, sa0, sa1, bp, nc, c, j0 * sc1, sc0, sc1, store)
 
 
 # -- pre-packed right operands ---------------------------------------------------------
@@ -524,10 +559,7 @@ def driver_packed(a, m, k, sa0, sa1, pk, kfull, nfull, r0, c0, n, c, sc0, sc1, o
     P = _view_flat(pk, max(1, kfull * strips * NR))
     size = P.itemsize
     if k == 0:            # overwriting with an empty sum: the tiles' zeros
-        for i0 in range(0, m, MR):
-            for jt in range(0, n, NR):
-                _micro_tile(a, 0, sa0, sa1, P, 0, 0, c, i0 * sc0 + jt * sc1, sc0,
-                            min(MR, m - i0), min(NR, n - jt), True)
+        _panel(a, 0, sa0, sa1, m, 0, P, 0, 0, c, 0, sc0, sc1, n, True, size)
         return
     kc_max = min(KC, k)
     nc_step = max(NR, PANEL_BYTES // (size * kc_max) // NR * NR)
