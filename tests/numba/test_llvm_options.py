@@ -1,17 +1,25 @@
-"""LLVM's loop strength reduction is off only while generated kernels compile: the
-micro-kernel's driver, and anything else compiled afterwards, get every pass."""
+"""LLVM's loop strength reduction is off, and the pipeline is -O2, only while
+generated kernels compile: the micro-kernel's driver, and anything else compiled
+afterwards, get every pass at Numba's level."""
+
+from numba.core import config
 
 from blockbuster_numba import llvm_options
 
 
-def test_lsr_is_off_inside_kernel_codegen_and_restored_after():
-    assert llvm_options._DISABLED[0] is False
+def test_kernel_options_are_set_inside_kernel_codegen_and_restored_after():
+    numba_level = int(config.OPT)
+    assert llvm_options._KERNEL[0] is False
     with llvm_options.kernel_codegen():
-        assert llvm_options._DISABLED[0] is True
+        assert llvm_options._KERNEL[0] is True
+        assert int(config.OPT) == min(llvm_options.KERNEL_OPT, numba_level)
         with llvm_options.full_codegen():          # the driver, compiled on first use
-            assert llvm_options._DISABLED[0] is False
-        assert llvm_options._DISABLED[0] is True
-    assert llvm_options._DISABLED[0] is False
+            assert llvm_options._KERNEL[0] is False
+            assert int(config.OPT) == numba_level
+        assert llvm_options._KERNEL[0] is True
+        assert int(config.OPT) == min(llvm_options.KERNEL_OPT, numba_level)
+    assert llvm_options._KERNEL[0] is False
+    assert int(config.OPT) == numba_level
 
 
 def test_lsr_is_restored_when_a_kernel_fails_to_compile():
@@ -20,11 +28,13 @@ def test_lsr_is_restored_when_a_kernel_fails_to_compile():
             raise RuntimeError("typing error in a kernel")
     except RuntimeError:
         pass
-    assert llvm_options._DISABLED[0] is False
+    assert llvm_options._KERNEL[0] is False
+    assert config.OPT is llvm_options._FULL_OPT
 
 
-def _codegen_passes(compile_inside) -> set[str]:
-    """Names of the machine-code passes LLVM ran on a fresh function with a loop."""
+def _passes(compile_inside, step: str) -> set[str]:
+    """Names of the passes LLVM ran in ``step`` (of Numba's pass timings) on a fresh
+    function with a loop."""
     import numpy as np
     from numba import njit
     from numba.core import config
@@ -42,8 +52,12 @@ def _codegen_passes(compile_inside) -> set[str]:
         config.LLVM_PASS_TIMINGS = old
     fn(np.ones((3, 3), np.float32), np.ones((3, 3), np.float32))
     timings = fn.overloads[fn.signatures[0]].metadata["llvm_pass_timings"]
-    return {r.pass_name.split(" #")[0] for rec in timings if "Finalize object" in rec.name
+    return {r.pass_name.split(" #")[0] for rec in timings if step in rec.name
             for r in rec.timings.list_records()}
+
+
+def _codegen_passes(compile_inside) -> set[str]:
+    return _passes(compile_inside, "Finalize object")
 
 
 def test_llvm_really_skips_the_pass_inside_and_runs_it_outside():
@@ -51,3 +65,13 @@ def test_llvm_really_skips_the_pass_inside_and_runs_it_outside():
     assert "Loop Strength Reduction" in _codegen_passes(contextlib.nullcontext)
     assert "Loop Strength Reduction" not in _codegen_passes(llvm_options.kernel_codegen)
     assert "Loop Strength Reduction" in _codegen_passes(contextlib.nullcontext)
+
+
+def test_kernels_get_the_o2_pipeline_and_everything_else_numbas_o3():
+    import contextlib
+    o3_only = {"ArgumentPromotionPass", "CallSiteSplittingPass"}   # LLVM's -O3 additions
+    assert o3_only <= _passes(contextlib.nullcontext, "full optimization")
+    inside = _passes(llvm_options.kernel_codegen, "full optimization")
+    assert not o3_only & inside
+    assert "LoopVectorizePass" in inside                 # -O2 still vectorises loops
+    assert o3_only <= _passes(contextlib.nullcontext, "full optimization")
