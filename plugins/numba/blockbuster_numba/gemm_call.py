@@ -19,6 +19,8 @@ them (no copy, no owner), so the driver sees exactly the arrays the kernel passe
 
 from __future__ import annotations
 
+import ctypes
+
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import cfunc, njit, types
@@ -60,10 +62,29 @@ def _compile_entry(dtype, kind: str):
                  boundscheck=False)(fn)
 
 
+#: Set in a compile-only worker (:func:`bind_placeholders`): the entries' names bound
+#: to a placeholder address instead of the compiled drivers.
+_PLACEHOLDERS = [False]
+_PLACEHOLDER = ctypes.c_int64(0)       # never called: only its address is used
+
+
+def bind_placeholders() -> None:
+    """For a process that compiles kernels into the cache and never runs them
+    (:mod:`.parallel_compile`'s workers): from now on :func:`ensure_gemm_symbol` binds
+    the entries' names to a placeholder instead of compiling the drivers. A kernel's
+    cached machine code refers to the name, not to an address (the process that
+    loads it binds the name to the real entry first), so the worker need not wait
+    for, nor repeat, the drivers' compile."""
+    _PLACEHOLDERS[0] = True
+
+
 def ensure_gemm_symbol(dtype: str, kind: str = "plain") -> str:
     """Compile (or load from the cache) ``dtype``'s entry of ``kind`` once per process
     and register its address under :func:`symbol`; the name."""
     name = symbol(dtype, kind)
+    if _PLACEHOLDERS[0] and (dtype, kind) not in _ENTRIES:
+        llvm_binding.add_symbol(name, ctypes.addressof(_PLACEHOLDER))
+        return name
     # Numba's compiler lock, not a lock of our own: a kernel's codegen (which holds
     # it) calls this too, and two locks taken in both orders could deadlock.
     with global_compiler_lock:

@@ -13,15 +13,17 @@ interleaved, best of 7 (attention 4096: 31.7 / 32.3 ms; LayerNorm·W 2048³: 104
 without LSR).
 
 The kernels' optimisation pipeline is LLVM's -O2, not Numba's default -O3: -O3 adds
-aggressive inlining, argument promotion and non-trivial loop unswitching, which
-generated kernels (one function, their helpers inlined by Numba already) do not
-gain from, and it cost 40 % of their LLVM time (the default Llama layer's largest
-kernel: 1.48 / 0.86 CPU s). Loop and SLP vectorisation run at -O2 alike. Run times,
-one process, the same source both ways, interleaved, best of 7 on a shared AVX2
-machine (-O3 / -O2): attention 4096 58.8 / 57.0 ms, causal 33.9 / 34.5,
-attention 16384 938 / 908, LayerNorm·W 2048³ 209 / 186, RMSNorm·FFN 369 / 345, the
-T=E=2048 Llama layer 2245 / 2102 (``KERNEL_OPT`` below; the micro-kernel's driver
-keeps -O3).
+argument promotion, call-site splitting and control-height reduction, which generated
+kernels (one function each, their helpers inlined by Numba already) do not gain
+from. The default Llama layer's five kernels, compiled in one process alternately
+both ways, best of four: LLVM 2.56 / 1.97 CPU s, the whole compile 5.53 / 4.97 (-O3 /
+-O2). Loop and SLP vectorisation run at -O2 alike, and run times did not move: the
+same source both ways in one process, calls interleaved, best of 7 on a shared AVX2
+machine (-O3 / -O2): attention 4096 58.8 / 57.0 ms, causal 33.9 / 34.5, attention
+16384 938 / 908, LayerNorm·W 2048³ 209 / 186, RMSNorm·FFN 369 / 345, the T=E=2048
+Llama layer 2245 / 2102 ms. (Only the pass pipeline changes: the target machine
+that emits machine code keeps the level Numba made it with. The micro-kernel's
+driver keeps -O3.)
 
 The options are global to the process, so they are set only while this plugin's
 kernels compile, under Numba's compiler lock (no other compile can run meanwhile),
