@@ -95,6 +95,73 @@ def test_kernels_compiled_by_a_worker_process_are_the_entries_the_import_loads(
     assert again.precompiled == [] and again.cache_hits == 2     # compiled once only
 
 
+MATMULS = """
+program mm2
+dim M = 40 block 16
+dim K = 50 block 16
+dim N = 24 block 16
+input X[M, K]
+input W[K, N]
+array T[M, N]
+output Y[M, N]
+kernel t for i in M, j in N:
+  T[i, j] = sum(k in K: dot(X[i, k], W[k, j]))
+kernel y for i in M, j in N:
+  Y[i, j] = add(T[i, j], sum(k in K: dot(exp(X[i, k]), W[k, j])))
+"""
+
+
+def test_a_worker_compiles_block_matmuls_against_placeholders_and_the_import_runs_them(
+        tmp_path, fresh, monkeypatch):
+    # The worker binds the drivers' names to a placeholder (it never runs a kernel);
+    # the machine code it caches must still call the real driver once loaded here.
+    monkeypatch.setattr(parallel_compile, "MIN_WORKER_LINES", 0)
+    monkeypatch.setenv("BLOCKBUSTER_COMPILE_WORKERS", "2")
+    program = bb.parse_program(MATMULS)
+    source = compiler.generate_source(program, dtype="float32", threads=1)
+    sizes = parallel_compile.kernel_sizes(source)
+    # an even split whatever the runtime's state: each process one kernel
+    monkeypatch.setattr(parallel_compile, "plan", lambda src, workers: [[n] for n in sizes])
+    compiled = compile_module(program, threads=1, cache_dir=tmp_path)
+    assert compiled.precompiled == sorted(sizes) and len(sizes) == 2
+    assert compiled.cache_hits == 0 and compiled.cache_misses == 2
+    assert all(sum(k.stats.cache_hits.values()) == 1 for k in compiled.kernels)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, 50)).astype(np.float32)
+    w = (rng.standard_normal((50, 24)) * 1e3).astype(np.float32)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    want = x64 @ w64 + np.exp(x64) @ w64
+    got = compiled({"X": x, "W": w})["Y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_bound_to_placeholders_a_process_compiles_no_driver():
+    import subprocess
+    import sys
+    code = ("from blockbuster_numba import gemm_call as g; g.bind_placeholders(); "
+            "name = g.ensure_gemm_symbol('float32', 'packed'); "
+            "from llvmlite import binding; "
+            "assert binding.address_of_symbol(name) == g.ctypes.addressof(g._PLACEHOLDER); "
+            "assert not g._ENTRIES; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_this_process_gets_less_of_the_kernels_while_it_compiles_the_runtime(monkeypatch):
+    from blockbuster_numba import gemm_call, prepack
+    source = "DT = np.float32\n    gemm_set_(a, b, c)\nW_p = packed_input_(W, False, P, 'W')\n"
+    monkeypatch.setattr(gemm_call, "entry_ready", lambda dtype, kind: False)
+    monkeypatch.setattr(prepack, "packer_ready", lambda dtype: False)
+    cold = parallel_compile.runtime_lines(source)
+    assert cold == (parallel_compile.PACKED_ENTRY_LINES + parallel_compile.PLAIN_ENTRY_LINES
+                    + parallel_compile.PACKER_LINES)
+    assert parallel_compile.runtime_lines("DT = np.float32\n    x = exp_(y)\n") == 0
+    monkeypatch.setattr(gemm_call, "entry_ready", lambda dtype, kind: True)
+    monkeypatch.setattr(prepack, "packer_ready", lambda dtype: True)
+    assert parallel_compile.runtime_lines(source) == 0
+
+
 def test_the_compile_plan_balances_kernels_by_their_source_lines():
     source = "\n".join(
         [f'@njit("void()", cache=True)\ndef {name}(' + "):\n" + "    pass\n" * lines

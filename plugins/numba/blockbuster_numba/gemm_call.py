@@ -20,6 +20,7 @@ them (no copy, no owner), so the driver sees exactly the arrays the kernel passe
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
@@ -76,6 +77,21 @@ def bind_placeholders() -> None:
     loads it binds the name to the real entry first), so the worker need not wait
     for, nor repeat, the drivers' compile."""
     _PLACEHOLDERS[0] = True
+
+
+def entry_ready(dtype: str, kind: str) -> bool:
+    """Whether ``dtype``'s entry of ``kind`` is compiled in this process or (for some
+    dtype: a guess, for planning) in Numba's cache on disk."""
+    if (dtype, kind) in _ENTRIES:
+        return True
+    fn = microkernel.driver_packed if kind == "packed" else microkernel.driver
+    return _cache_index(fn).exists()
+
+
+def _cache_index(fn) -> Path:
+    """Where Numba keeps the index of ``fn``'s cached machine code."""
+    from numba.core.caching import FunctionCache
+    return Path(FunctionCache(fn)._cache_file._index_path)
 
 
 def ensure_gemm_symbol(dtype: str, kind: str = "plain") -> str:

@@ -14,11 +14,14 @@ against the file's timestamp and the function's bytecode: all unchanged, so the
 entries are exactly the ones the real import looks for. A worker that fails costs
 nothing but time: the import compiles whatever is not cached.
 
-The runtime helpers the kernels call (the micro-kernel's driver above all, ~0.8 CPU s)
-are compiled once: by this process, while the workers import Numba; a worker waits
-for that before it compiles, then loads them from the cache. That took 0.5-1.2 s off
-a cold one-layer Llama compile of 7-9.6 s (``benchmarks/bench_compile.py``, old and new
-interleaved, four pairs on a shared 2-core machine).
+The runtime helpers (the micro-kernel's drivers above all, 1-2 CPU s when not cached
+yet) are compiled by this process only: a worker binds the drivers' names to a
+placeholder (:func:`.gemm_call.bind_placeholders`; its kernels' machine code refers
+to the names, and it never runs them) and starts compiling its kernels at once. This
+process, which compiles the helpers while the workers start, gets that much less of
+the kernels (:func:`plan`). Before, a worker waited for the helpers to be compiled
+and loaded them from the cache: on a cold cache the one-layer Llama's worker idled
+for 2-3 s of a 7-10 s compile.
 """
 
 from __future__ import annotations
@@ -34,24 +37,49 @@ from pathlib import Path
 #: A kernel function of a generated module: its eager decorator, then its ``def``.
 _KERNEL = re.compile(r'^@njit\("[^"]*", (.*)\)\ndef (\w+)\(', re.MULTILINE)
 
-#: Below this many lines of source in the smaller share, a worker process (about a
-#: second to start and import Numba) costs more than it saves.
+#: CPU seconds of compiling a line of kernel source (~0.016 measured on the default
+#: Llama layer's kernels, best of four, LLVM at -O2; more on a busy machine).
+SECONDS_PER_LINE = 0.02
+
+#: Below this many lines of source in the smaller share, a worker process (a second
+#: or two to start and import Numba) costs more than it saves.
 MIN_WORKER_LINES = 60
 
-#: A worker's start (Python, Numba, the plugin, Numba's compiler set-up: ~1.5-2.5
-#: CPU s) in lines of kernel source (~0.05 CPU s a line): workers start with this
-#: much of a share.
-WORKER_START_LINES = 40
-#: The same when this process has not compiled with Numba yet: it sets Numba's
-#: compiler up and compiles the runtime helpers (:func:`compile_runtime`) while the
-#: workers start, so they are hardly behind it.
-FRESH_WORKER_START_LINES = 10
+#: How far behind this process a worker starts, in lines: Python, Numba and the
+#: plugin imported (~0.8 s), then Numba's compiler set up (~0.75 s) -- of which this
+#: process still owes the set-up when it has not compiled with Numba yet.
+WORKER_START_LINES = 75
+FRESH_WORKER_START_LINES = 40
+
+#: What this process compiles before its kernels when not cached yet, in lines (see
+#: :func:`runtime_lines`): the driver's packed entry (~1.1 CPU s), its plain entry
+#: (~0.6: it calls the packed one) and the packer of inputs (~0.6).
+PACKED_ENTRY_LINES = 55
+PLAIN_ENTRY_LINES = 30
+PACKER_LINES = 30
 
 
 def worker_start_lines() -> int:
     """How far behind this process a worker starts, in lines (see above). Numba
     imports ``numba.np.arraymath`` when it sets its compiler up, on first use."""
     return WORKER_START_LINES if "numba.np.arraymath" in sys.modules else FRESH_WORKER_START_LINES
+
+
+def runtime_lines(source: str) -> int:
+    """The runtime helpers the module ``source`` needs that this process must still
+    compile (not in this process, nor in the cache on disk), in lines."""
+    from . import gemm_call, prepack
+    dtype = "float64" if "DT = np.float64" in source else "float32"
+    lines = 0
+    plain = re.search(r"\bgemm(_set)?_\(", source) is not None
+    packed = plain or re.search(r"\bgemm_packed(_set)?_\(", source) is not None
+    if packed and not gemm_call.entry_ready(dtype, "packed"):
+        lines += PACKED_ENTRY_LINES
+    if plain and not gemm_call.entry_ready(dtype, "plain"):
+        lines += PLAIN_ENTRY_LINES
+    if "packed_input_(" in source and not prepack.packer_ready(dtype):
+        lines += PACKER_LINES
+    return lines
 
 
 def kernel_sizes(source: str) -> dict[str, int]:
@@ -71,7 +99,9 @@ def plan(source: str, workers: int, start_lines: int | None = None) -> list[list
     splitting would not pay."""
     sizes = kernel_sizes(source)
     groups: list[list[str]] = [[] for _ in range(max(1, min(workers, len(sizes))))]
-    behind = worker_start_lines() if start_lines is None else start_lines
+    if start_lines is None:       # the workers' start, less this process's helpers
+        start_lines = worker_start_lines() - runtime_lines(source)
+    behind = start_lines
     start = [0] + [behind] * (len(groups) - 1)     # group 0: this process
     load = list(start)
     for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
@@ -113,23 +143,18 @@ def precompile(path: Path, source: str, workers: int, module_name: str) -> list[
     if len(groups) < 2:
         return []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    # A worker imports Numba and the plugin, then waits for the end of its stdin: by
-    # then this process has compiled the runtime helpers the kernels call into the
-    # cache, and the worker loads them instead of compiling them a second time.
+    # A worker binds the drivers' names to placeholders and compiles its kernels at
+    # once; this process compiles the runtime helpers meanwhile, then its own group.
     procs = [subprocess.Popen(
-        [sys.executable, "-c", "import sys; from blockbuster_numba.parallel_compile import "
-         "compile_only; from pathlib import Path; sys.stdin.read(); "
+        [sys.executable, "-c", "import sys; from blockbuster_numba.gemm_call import "
+         "bind_placeholders; from blockbuster_numba.parallel_compile import compile_only; "
+         "from pathlib import Path; bind_placeholders(); "
          "compile_only(Path(sys.argv[1]), sys.argv[2].split(','), sys.argv[3])",
-         str(path), ",".join(group), module_name], env=env, stdin=subprocess.PIPE,
+         str(path), ",".join(group), module_name], env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for group in groups[1:]]
     try:
-        try:
-            with contextlib.suppress(Exception):     # the import reports real errors
-                compile_runtime(source)
-        finally:
-            for proc in procs:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
+        with contextlib.suppress(Exception):     # the import reports real errors
+            compile_runtime(source)
         compile_only(path, groups[0], module_name)
     finally:
         done = [proc.wait() == 0 for proc in procs]
