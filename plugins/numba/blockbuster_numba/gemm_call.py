@@ -4,9 +4,9 @@ linking the driver into every kernel.
 A Numba function that calls another one links the callee's LLVM module into its own
 and optimises the whole again: every kernel with a block matmul re-optimised the
 driver (~370 KB of IR, ~0.6 CPU s per kernel, when the kernel itself took 0.2 s).
-Instead the driver (:func:`.microkernel.driver`) is compiled once per dtype as a
-C-callable entry point (``@cfunc``, cached on disk like the kernels; ~0.8 CPU s once
-per machine), its address is registered with LLVM
+Instead each driver (:func:`.microkernel.driver`, :func:`.microkernel.driver_packed`)
+is compiled once per dtype as a C-callable entry point (``@cfunc``, cached on disk
+like the kernels; ~1.1 and ~0.6 CPU s once per machine), its address is registered with LLVM
 under a fixed name (:func:`ensure_gemm_symbol`), and a kernel only declares that
 name and calls it (:func:`call_gemm`). A kernel's cached machine code refers to the
 name, so a generated module registers it before its kernels load (the header calls
