@@ -38,25 +38,31 @@ from pathlib import Path
 _KERNEL = re.compile(r'^@njit\("[^"]*", (.*)\)\ndef (\w+)\(', re.MULTILINE)
 
 #: CPU seconds of compiling a line of kernel source (~0.016 measured on the default
-#: Llama layer's kernels, best of four, LLVM at -O2; more on a busy machine).
+#: Llama layer's kernels, best of four, LLVM at -O2; more on a busy machine): the
+#: unit of the plan, which weighs everything in lines.
 SECONDS_PER_LINE = 0.02
+
+
+def _lines(seconds: float) -> int:
+    return round(seconds / SECONDS_PER_LINE)
+
 
 #: Below this many lines of source in the smaller share, a worker process (a second
 #: or two to start and import Numba) costs more than it saves.
-MIN_WORKER_LINES = 60
+MIN_WORKER_LINES = _lines(1.2)
 
-#: How far behind this process a worker starts, in lines: Python, Numba and the
-#: plugin imported (~0.8 s), then Numba's compiler set up (~0.75 s) -- of which this
-#: process still owes the set-up when it has not compiled with Numba yet.
-WORKER_START_LINES = 75
-FRESH_WORKER_START_LINES = 40
+#: How far behind this process a worker starts: Python, Numba and the plugin
+#: imported (~0.8 s), then Numba's compiler set up (~0.7 s) -- of which this process
+#: still owes the set-up when it has not compiled with Numba yet.
+WORKER_START_LINES = _lines(1.5)
+FRESH_WORKER_START_LINES = _lines(0.8)
 
-#: What this process compiles before its kernels when not cached yet, in lines (see
+#: What this process compiles before its kernels when not cached yet (see
 #: :func:`runtime_lines`): the driver's packed entry (~1.1 CPU s), its plain entry
 #: (~0.6: it calls the packed one) and the packer of inputs (~0.6).
-PACKED_ENTRY_LINES = 55
-PLAIN_ENTRY_LINES = 30
-PACKER_LINES = 30
+PACKED_ENTRY_LINES = _lines(1.1)
+PLAIN_ENTRY_LINES = _lines(0.6)
+PACKER_LINES = _lines(0.6)
 
 
 def worker_start_lines() -> int:
