@@ -89,14 +89,19 @@ def entry_ready(dtype: str, kind: str) -> bool:
 
 
 def _cache_index(fn) -> Path:
-    """Where Numba keeps the index of ``fn``'s cached machine code."""
+    """Where Numba keeps the index of ``fn``'s cached machine code (a path that does
+    not exist where this Numba keeps it elsewhere: planning then assumes a compile)."""
     from numba.core.caching import FunctionCache
-    return Path(FunctionCache(fn)._cache_file._index_path)
+    try:
+        return Path(FunctionCache(fn)._cache_file._index_path)
+    except (AttributeError, RuntimeError):     # Numba's internals moved; no cache dir
+        return Path("/nonexistent/numba-index")
 
 
 def ensure_gemm_symbol(dtype: str, kind: str = "plain") -> str:
     """Compile (or load from the cache) ``dtype``'s entry of ``kind`` once per process
-    and register its address under :func:`symbol`; the name."""
+    and register its address under :func:`symbol`; the name. After
+    :func:`bind_placeholders`, bind the name to the placeholder instead."""
     name = symbol(dtype, kind)
     if _PLACEHOLDERS[0] and (dtype, kind) not in _ENTRIES:
         llvm_binding.add_symbol(name, ctypes.addressof(_PLACEHOLDER))

@@ -456,7 +456,7 @@ def _packed_entry(typingctx, a, a_off, m, k, sa0, sa1, bp, n, c, c_off, sc0, sc1
     out a ``k x n`` matrix, ``A`` at byte ``a_off`` of ``a`` and ``C`` at byte
     ``c_off`` of ``c``: called through its registered entry point (:mod:`.gemm_call`),
     so that the micro-kernel's tile and its loops are compiled once, in that entry,
-    and not again in this driver (that halved the two drivers' compile)."""
+    and not again in this driver (the two drivers' cold compile: ~2.6 -> ~1.7 CPU s)."""
     if not (isinstance(a, types.CPointer) and isinstance(c, types.CPointer)
             and isinstance(bp, types.Array) and a.dtype == bp.dtype == c.dtype
             and a.dtype in (types.float32, types.float64)):
