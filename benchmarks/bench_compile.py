@@ -42,6 +42,12 @@ runs each with other jobs on the machine (CPU seconds of the compiling process b
 
 (The low ends are the three runs on a quiet machine.)
 
+On the shared 2-core AMD EPYC (Zen 3, AVX2), 2026-12-04, wall seconds, alternating
+pairs against the commit before (workers that wait for the runtime helpers, -O3
+kernels, both drivers compiling the tile): llama_layer cold 7.7-10.4 before, 5.8-6.5
+after (four pairs); attention cold 2.2-2.4 before, 2.4-2.5 after (three pairs: it has
+one kernel, no worker); warm 0.15-0.25 both.
+
 "Before": one driver call site per tile variant (six copies of the micro-kernel's IR,
 1.45 CPU s to compile the driver; now one, 0.8 s) and cached kernels loaded after
 Numba's full context refresh (0.25-0.4 s of a warm start; now skipped:
