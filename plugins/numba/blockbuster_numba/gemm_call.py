@@ -85,10 +85,10 @@ def entry_ready(dtype: str, kind: str) -> bool:
     if (dtype, kind) in _ENTRIES:
         return True
     fn = microkernel.driver_packed if kind == "packed" else microkernel.driver
-    return _cache_index(fn).exists()
+    return numba_cache_index(fn).exists()
 
 
-def _cache_index(fn) -> Path:
+def numba_cache_index(fn) -> Path:
     """Where Numba keeps the index of ``fn``'s cached machine code (a path that does
     not exist where this Numba keeps it elsewhere: planning then assumes a compile)."""
     from numba.core.caching import FunctionCache

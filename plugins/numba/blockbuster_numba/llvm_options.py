@@ -44,12 +44,13 @@ KERNEL_OPT = 2
 
 _KERNEL = [False]        # kernel options set now (in a kernel_codegen block)?
 _FULL_OPT = config.OPT   # Numba's level (NUMBA_OPT), for everything but the kernels
+_OPT_LEVEL = type(config.OPT)   # Numba's int subclass for it (it also knows 'max')
 
 
 def _set_kernel_options(kernel: bool) -> None:
     """The kernels' options (LSR off, ``KERNEL_OPT``) or every pass at Numba's level."""
     llvm.set_option("blockbuster", f"-disable-lsr={'true' if kernel else 'false'}")
-    config.OPT = config._OptLevel(min(KERNEL_OPT, int(_FULL_OPT))) if kernel else _FULL_OPT
+    config.OPT = _OPT_LEVEL(min(KERNEL_OPT, int(_FULL_OPT))) if kernel else _FULL_OPT
     _KERNEL[0] = kernel
 
 

@@ -43,8 +43,8 @@ def packer(dtype: str):
 def packer_ready(dtype: str) -> bool:
     """Whether :func:`packer` of ``dtype`` is compiled in this process or (for some
     dtype: a guess, for planning) in Numba's cache on disk."""
-    from .gemm_call import _cache_index
-    return dtype in _PACKERS or _cache_index(microkernel.pack_panels).exists()
+    from .gemm_call import numba_cache_index
+    return dtype in _PACKERS or numba_cache_index(microkernel.pack_panels).exists()
 
 
 def packed_input(array: np.ndarray, transposed: bool, cache: dict, key: str) -> np.ndarray:
