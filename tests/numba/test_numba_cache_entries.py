@@ -165,7 +165,7 @@ def test_this_process_gets_less_of_the_kernels_while_it_compiles_the_runtime(mon
 def test_the_compile_plan_balances_kernels_by_their_source_lines():
     source = "\n".join(
         [f'@njit("void()", cache=True)\ndef {name}(' + "):\n" + "    pass\n" * lines
-         for name, lines in (("k_big", 90), ("k_mid", 70), ("k_small", 40))]
+         for name, lines in (("k_big", 120), ("k_mid", 80), ("k_small", 40))]
         + ["def run(inputs):", "    pass"])
     sizes = parallel_compile.kernel_sizes(source)
     assert sizes["k_big"] > sizes["k_mid"] > sizes["k_small"]
@@ -179,6 +179,19 @@ def test_the_compile_plan_balances_kernels_by_their_source_lines():
     # Hardly behind (this process sets Numba up and compiles the runtime helpers while
     # the worker starts), the worker takes the small kernel beside the middle one.
     assert parallel_compile.plan(source, 2, 0) == [["k_big"], ["k_mid", "k_small"]]
+
+
+def test_a_worker_takes_even_a_lone_kernel_while_this_process_compiles_the_runtime():
+    source = "\n".join(['@njit("void()", cache=True)\ndef k_only(' + "):\n" + "    pass\n" * 90,
+                        "def run(inputs):", "    pass"])
+    # The worker starts ahead (this process has 50 lines of helpers more to compile
+    # than a worker needs to start): it takes the kernel, this process the helpers.
+    assert parallel_compile.plan(source, 2, -50) == [[], ["k_only"]]
+    # Behind (helpers cached), one kernel stays here; so it does with one process.
+    assert parallel_compile.plan(source, 2, 10) == [["k_only"]]
+    assert parallel_compile.plan(source, 1, -50) == [["k_only"]]
+    tiny = source.replace("    pass\n" * 90, "    pass\n" * 20)
+    assert parallel_compile.plan(tiny, 2, -50) == [["k_only"]]   # not worth a process
 
 
 def test_a_worker_is_counted_further_behind_once_numba_is_set_up(monkeypatch):

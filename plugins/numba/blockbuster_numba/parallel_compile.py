@@ -47,15 +47,18 @@ def _lines(seconds: float) -> int:
     return round(seconds / SECONDS_PER_LINE)
 
 
-#: Below this many lines of source in the smaller share, a worker process (a second
-#: or two to start and import Numba) costs more than it saves.
-MIN_WORKER_LINES = _lines(1.2)
-
 #: How far behind this process a worker starts: Python, Numba and the plugin
 #: imported (~0.8 s), then Numba's compiler set up (~0.7 s) -- of which this process
 #: still owes the set-up when it has not compiled with Numba yet.
 WORKER_START_LINES = _lines(1.5)
 FRESH_WORKER_START_LINES = _lines(0.8)
+
+#: A worker compiles at least as much as its start costs, or it is not started: on a
+#: machine that other jobs share, two processes seldom get two whole cores, and a
+#: worker for fused attention's one kernel (62 lines, ~0.85 CPU s) made a cold
+#: compile slower (2.9-3.7 s against 2.8-3.1 s, three alternating pairs), where one
+#: for LayerNorm·W's (142 lines, ~2 CPU s) made it faster (4.6-4.9 against 5.2-7.9).
+MIN_WORKER_LINES = WORKER_START_LINES
 
 #: What this process compiles before its kernels when not cached yet (see
 #: :func:`runtime_lines`): the driver's packed entry (~1.1 CPU s), its plain entry
@@ -101,23 +104,29 @@ def kernel_sizes(source: str) -> dict[str, int]:
 def plan(source: str, workers: int, start_lines: int | None = None) -> list[list[str]]:
     """Kernel names in at most ``workers`` groups of near-equal lines (longest first
     to the lightest group, a worker's start counted in: ``start_lines``, by default
-    :func:`worker_start_lines`); the first group is this process's. One group when
-    splitting would not pay."""
+    :func:`worker_start_lines` less what this process compiles of the runtime
+    helpers first); the first group is this process's. One group when splitting
+    would not pay: a worker would get less than ``MIN_WORKER_LINES``.
+
+    When the workers start ahead of this process (it has more helpers to compile
+    than a worker needs to start), this process's group may be empty: the helpers
+    are its share, and even a module of one kernel gets a worker."""
     sizes = kernel_sizes(source)
-    groups: list[list[str]] = [[] for _ in range(max(1, min(workers, len(sizes))))]
     if start_lines is None:       # the workers' start, less this process's helpers
         start_lines = worker_start_lines() - runtime_lines(source)
     behind = start_lines
-    start = [0] + [behind] * (len(groups) - 1)     # group 0: this process
+    count = max(1, min(workers, len(sizes) + (1 if behind < 0 else 0)))
+    groups: list[list[str]] = [[] for _ in range(count)]
+    start = [0] + [behind] * (count - 1)     # group 0: this process
     load = list(start)
     for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
         i = load.index(min(load))
         groups[i].append(name)
         load[i] += sizes[name]
-    shares = [(g, n - s) for g, n, s in zip(groups, load, start) if g]
-    if len(shares) > 1 and min(lines for _, lines in shares) < MIN_WORKER_LINES:
+    workers_shares = [n - s for g, n, s in zip(groups[1:], load[1:], start[1:]) if g]
+    if not workers_shares or min(workers_shares) < MIN_WORKER_LINES:
         return [sorted(sizes)]
-    return [g for g, _ in shares]
+    return [groups[0]] + [g for g in groups[1:] if g]
 
 
 def compile_only(path: Path, kernels: list[str], module_name: str) -> None:
