@@ -135,6 +135,21 @@ def test_a_worker_compiles_block_matmuls_against_placeholders_and_the_import_run
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
 
 
+def test_a_worker_with_another_micro_kernel_compiles_nothing(tmp_path, monkeypatch):
+    # A worker that imported a changed plugin would cache kernels calling driver
+    # names the importing process never registers (LLVM aborts on loading them).
+    from blockbuster_numba import microkernel
+    program = bb.parse_program(MATMULS)
+    source = compiler.generate_source(program, dtype="float32", threads=1)
+    path = tmp_path / "mm2_module.py"
+    path.write_text(source)
+    monkeypatch.setattr(microkernel, "SIGNATURE", microkernel.SIGNATURE + " (edited)")
+    with pytest.raises(RuntimeError, match="another micro-kernel"):
+        parallel_compile.compile_only(path, list(parallel_compile.kernel_sizes(source)),
+                                      "_bb_numba_mm2_module")
+    assert not numba_cache_dir(path).exists() or not any(numba_cache_dir(path).iterdir())
+
+
 def test_bound_to_placeholders_a_process_compiles_no_driver():
     import subprocess
     import sys

@@ -132,8 +132,15 @@ def plan(source: str, workers: int, start_lines: int | None = None) -> list[list
 def compile_only(path: Path, kernels: list[str], module_name: str) -> None:
     """Execute the module at ``path`` compiling only ``kernels`` (into the cache)."""
     from .llvm_options import kernel_codegen
+    from .microkernel import SIGNATURE
     keep = set(kernels)
     source = path.read_text()
+    if "ensure_gemm_symbol(" in source and SIGNATURE not in source:
+        # This process imported another micro-kernel than the module was generated
+        # for (the plugin changed meanwhile): its kernels would call driver names
+        # that the importing process never registers. Compile nothing; the import
+        # compiles these kernels itself.
+        raise RuntimeError(f"{path}: generated for another micro-kernel than {SIGNATURE}")
 
     def lazy(m: re.Match) -> str:
         return m.group(0) if m.group(2) in keep else f"@njit({m.group(1)})\ndef {m.group(2)}("
