@@ -119,6 +119,16 @@ def ensure_gemm_symbol(dtype: str, kind: str = "plain") -> str:
     return name
 
 
+def declare_entry(context, builder, dtype, kind: str = "plain"):
+    """``dtype``'s entry of ``kind`` (``dtype`` a Numba type), compiled or loaded and
+    registered, then declared in the module being built: its LLVM function, typed
+    from :func:`_entry_signature` (the one statement of the entry's arguments)."""
+    name = ensure_gemm_symbol(str(dtype), kind)
+    signature = _entry_signature(dtype, kind)
+    fnty = ir.FunctionType(ir.VoidType(), [context.get_value_type(t) for t in signature.args])
+    return cgutils.get_or_insert_function(builder.module, fnty, name)
+
+
 @intrinsic
 def call_gemm(typingctx, a, b, c, overwrite):
     """``C += A·B`` (``overwrite`` zero) or ``C = A·B``, through the registered entry."""
@@ -129,15 +139,9 @@ def call_gemm(typingctx, a, b, c, overwrite):
         return None
     if not isinstance(overwrite, types.Integer):
         return None
-    dtype = str(a.dtype)
 
     def codegen(context, builder, signature, args):
-        name = ensure_gemm_symbol(dtype)
-        i64 = ir.IntType(64)
-        ptr = context.get_value_type(types.CPointer(a.dtype))
-        fnty = ir.FunctionType(ir.VoidType(), [ptr, i64, i64, i64, i64, ptr, i64, i64, i64,
-                                               ptr, i64, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+        fn = declare_entry(context, builder, a.dtype)
         parts = []
         for ty, value in zip(arrays, args[:3]):
             array = make_array(ty)(context, builder, value)
@@ -165,15 +169,9 @@ def call_gemm_packed(typingctx, a, pk, kfull, nfull, r0, c0, c, overwrite):
     ints = (kfull, nfull, r0, c0, overwrite)
     if not all(isinstance(x, types.Integer) for x in ints):
         return None
-    dtype = str(a.dtype)
 
     def codegen(context, builder, signature, args):
-        name = ensure_gemm_symbol(dtype, "packed")
-        i64 = ir.IntType(64)
-        ptr = context.get_value_type(types.CPointer(a.dtype))
-        fnty = ir.FunctionType(ir.VoidType(), [ptr, i64, i64, i64, i64, ptr, i64, i64, i64,
-                                               i64, i64, ptr, i64, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+        fn = declare_entry(context, builder, a.dtype, "packed")
         av = make_array(a)(context, builder, args[0])
         m, k = cgutils.unpack_tuple(builder, av.shape, 2)
         sa0, sa1 = cgutils.unpack_tuple(builder, av.strides, 2)

@@ -86,6 +86,10 @@ PANEL_BYTES = _cache_bytes(2, 512 << 10) // 2
 MC_BYTES = _cache_bytes(2, 512 << 10) // 4
 
 #: This file's hash: part of the driver's symbol name (:mod:`.gemm_call`).
+#: Everything the drivers compile lives in this one file on purpose: Numba's disk
+#: cache of a ``cache=True`` function is checked against its own file's timestamp
+#: only, so a helper moved to another module could change while a stale driver
+#: still loads (split the file only with the drivers' cache keyed on both).
 SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 #: Names the generated module's header (the values differ per CPU, the hash per edit).
 SIGNATURE = (f"gemm micro-kernel {MR}x{NR} (vector {VW}), panels KC={KC} B panel {PANEL_BYTES} B, "
@@ -97,6 +101,14 @@ def _element(dtype) -> tuple:
     if dtype == types.float64:
         return ir.DoubleType(), 8
     return ir.FloatType(), 4
+
+
+def _llvm_prefetch(module):
+    """LLVM's prefetch intrinsic ``(address, rw, locality, cache type)``, declared in
+    ``module``."""
+    i32 = ir.IntType(32)
+    return cgutils.get_or_insert_function(module, ir.FunctionType(
+        ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]), "llvm.prefetch.p0i8")
 
 
 def _no_unroll(module):
@@ -194,8 +206,7 @@ def _micro(mr: int, nr: int, vw: int):
             # The tile of C is read after the k loop: fetch it now, so that its cache
             # misses overlap the loop instead of stalling the store (a prefetch never
             # faults, past the corner included).
-            prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-                ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+            prefetch = _llvm_prefetch(builder.module)
             for row_ptr in c_rows:
                 for byte in list(range(0, nr * size, 64)) + [nr * size - 1]:
                     builder.call(prefetch, [builder.gep(row_ptr, [const(byte)]),
@@ -354,8 +365,7 @@ def _prefetch(typingctx, ptr, byte):
     def codegen(context, builder, signature, args):
         p, off = args
         i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+        fn = _llvm_prefetch(builder.module)
         builder.call(fn, [builder.gep(builder.bitcast(p, i8p), [off]), ir.Constant(i32, 0),
                           ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
@@ -465,18 +475,15 @@ def _packed_entry(typingctx, a, a_off, m, k, sa0, sa1, bp, n, c, c_off, sc0, sc1
     sig = types.void(a, i, i, i, i, i, bp, i, c, i, i, i, types.boolean)
 
     def codegen(context, builder, signature, args):
-        from .gemm_call import ensure_gemm_symbol
+        from .gemm_call import declare_entry
         a_v, aoff_v, m_v, k_v, sa0_v, sa1_v, bp_v, n_v, c_v, coff_v, sc0_v, sc1_v, ow_v = args
-        name = ensure_gemm_symbol(str(a.dtype), "packed")
+        fn = declare_entry(context, builder, a.dtype, "packed")
         i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
         ptr = context.get_value_type(a)
 
         def at(p, off):
             return builder.bitcast(builder.gep(builder.bitcast(p, i8p), [off]), ptr)
 
-        fnty = ir.FunctionType(ir.VoidType(), [ptr, i64, i64, i64, i64, ptr, i64, i64, i64,
-                                               i64, i64, ptr, i64, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
         data = context.make_array(signature.args[6])(context, builder, bp_v).data
         zero = ir.Constant(i64, 0)
         builder.call(fn, [at(a_v, aoff_v), m_v, k_v, sa0_v, sa1_v, data, k_v, n_v, zero, zero,
