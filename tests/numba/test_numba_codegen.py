@@ -139,10 +139,13 @@ def test_elementwise_chains_are_one_loop_without_temporaries():
     body = kernel_body(generate_source(p, threads=2), "k")
     # neg(R[i]) does not depend on j: computed once per row block, before the j loop;
     # the 2-D chain is one loop nest writing the output, with no temporary block.
-    assert body.index("neg[r] = (-R_blk[r])") < body.index("for j in range(")
+    assert body.index("neg[r] = (-R[i0 + r])") < body.index("for j in range(")
     assert "np.empty((4, 4)" not in body
     assert body.count("for c in range(") == 1
-    assert re.search(r"Y_out\[r, c\] = exp_\(\(\(X_blk\[r, c\] \* C0\) \+ neg_r\)\)", body)
+    # Read and written in place: no views of the blocks (each costs compile time).
+    assert re.search(r"Y\[i0 \+ r, j0 \+ c\] = exp_\(\(\(X\[i0 \+ r, j0 \+ c\] \* C0\) "
+                     r"\+ neg_r\)\)", body)
+    assert "_blk" not in body and "_out" not in body
 
 
 def test_shared_value_is_computed_once():
@@ -235,3 +238,17 @@ def test_a_count_of_ones_is_the_extent_not_a_loop(numba_backend):
     x = (rng.standard_normal((37, 70)) + 1e4).astype(np.float32)
     got = numba_backend.compile(p)(X=x)["Y"]
     np.testing.assert_allclose(got, x.astype(np.float64).mean(1), rtol=1e-6)
+
+
+def test_views_read_in_place_are_dropped_and_views_passed_on_are_kept():
+    from blockbuster_numba.codegen.values import drop_unused
+    lines = ["for i in range(3):",
+             "    X_blk = X[i0:i0 + 4]",            # only its elements were read: unused
+             "    A_blk = A[i0:i0 + 4]",            # a gemm operand: kept
+             "    # X_blk is named in a comment only",
+             "    gemm_(A_blk, B, C)",
+             "    Y[i0 + 0] = X[i0 + 0]"]
+    kept = drop_unused(lines, {"X_blk", "A_blk"})
+    assert kept == [lines[0], lines[2], lines[3], lines[4], lines[5]]
+    # A name that is not removable stays even when nothing reads it.
+    assert drop_unused(lines, {"A_blk"}) == lines

@@ -90,9 +90,13 @@ def emit_load(g, node: Expr, frame: Frame) -> Block:
     arg = g.m.arg_names[array]
     if not axes:   # every dimension a point: a scalar element (0-d: ``a[()]``)
         return Block((), name=f"{arg}[{', '.join(subs) or '()'}]", frame=frame)
+    blocks = [g.x.block_index(ix, d, frame) for ix, d in zip(node.attr.index, dims)]
+    direct = g.x.direct(arg, blocks, dims, frame.lines, g.removable)
     name = g.names.fresh(f"{array}_blk")
     frame.lines.append(f"{name} = {arg}[{', '.join(subs)}]")
-    return Block(axes, name=name, frame=frame, contig=contig, hint=array, source=node)
+    g.removable.add(name)      # dropped when every element is read in place
+    return Block(axes, name=name, frame=frame, contig=contig, hint=array, source=node,
+                 direct=direct)
 
 
 def emit_get(g, node: Expr, frame: Frame):

@@ -11,7 +11,7 @@ from blockbuster.errors import BackendError
 from blockbuster.ir.index import IBin, IConst, Idx, IVar
 from blockbuster.ir.types import Dim
 
-from .values import Axis, Frame, IndexCode, Namer, shape_text
+from .values import Axis, Direct, Frame, IndexCode, Namer, shape_text
 
 
 class Extents:
@@ -113,6 +113,23 @@ class Extents:
                 subs.append(f"{s}:{s} + {self.ext(axis)}")
                 axes.append(axis)
         return subs, axes
+
+    def direct(self, array: str, blocks, dims, lines: list, removable: set):
+        """The :class:`Direct` access of block ``blocks`` of ``array`` (its first
+        elements computed once in ``lines`` where they are not a name already)."""
+        pieces = []
+        for b, d in zip(blocks, dims):
+            if d.point:
+                pieces.append((False, str(b)))
+                continue
+            start = "0" if d.nblocks == 1 else self.start(Axis(d, b))
+            if not (start.isidentifier() or start.isdigit()):
+                name = self.names.fresh(f"{array}_at")
+                lines.append(f"{name} = {start}")
+                removable.add(name)
+                start = name
+            pieces.append((True, start))
+        return Direct(array, pieces)
 
 
 def ext_expr(block: str, d: Dim) -> str:

@@ -21,7 +21,7 @@ from .plan import PlannedLoad
 from .render import kernel_function
 from .schedule import KernelLoops
 from .stores import emit_stores
-from .values import Frame, Namer
+from .values import Frame, Namer, drop_unused
 
 
 class KernelGenerator:
@@ -38,6 +38,7 @@ class KernelGenerator:
         self.loads: list[PlannedLoad] = []     # every global load emitted, in order
         self.kernel_loops: tuple = ()          # the kernel's loops, in counting terms
         self.shared_maps: dict = {}            # reduce -> [(map, sink)] in its loop
+        self.removable: set[str] = set()       # views dropped when nothing reads them
 
     def generate(self) -> list[str]:
         """The lines of the kernel's ``@njit`` function."""
@@ -49,7 +50,7 @@ class KernelGenerator:
         self.kernel_loops = loops.loops
         emit_stores(self, self.stores, loops.inner)
         self.args = self.args + self.m.kernel_packed.get(self.kernel.name, [])
-        return kernel_function(self, loops.close())
+        return kernel_function(self, drop_unused(loops.close(), self.removable))
 
     def _analyse(self, stores) -> None:
         analysis = Analysis(stores, self.dims)

@@ -104,8 +104,8 @@ def element(g, body: Expr, inner: Frame, here: Sink, d, b) -> MapArray:
         return MapArray(None, [d] + v.levels, [b.name] + v.loop_names, v.elem_axes)
     if isinstance(v, Block):
         if here.view is not None:   # straight into a store's destination block
-            view, axes = here.view(here.prefix, inner)
-            write(g, v, Sink(view), inner, axes)
+            view, axes, direct = here.view(here.prefix, inner)
+            write(g, v, Sink(view, direct=direct), inner, axes)
         else:
             write(g, v, here, inner)
         return MapArray(None, [d], [b.name], v.axes)

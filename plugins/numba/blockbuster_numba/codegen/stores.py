@@ -108,23 +108,27 @@ def emit_store(g, store: Store, frame: Frame) -> None:
 
 def store_block(g, array: str, blocks, v: Block, frame: Frame) -> None:
     """``array[blocks] = v`` through a view of the destination block."""
-    view, axes = dest_view(g, array, blocks, frame)
+    view, axes, direct = dest_view(g, array, blocks, frame)
     if not axes:
         materialize(g, v)
         frame.lines.append(f"{view} = {v.name}")
         return
-    write(g, v, Sink(view), frame, axes)
+    write(g, v, Sink(view, direct=direct), frame, axes)
 
 
 def dest_view(g, array: str, blocks, frame: Frame):
-    """A view of block ``blocks`` of ``array`` (emitted in ``frame``) and its axes;
-    for a block of point dimensions only, the element itself and no axes."""
+    """A view of block ``blocks`` of ``array`` (emitted in ``frame``; dropped when
+    nothing reads it), its axes and its :class:`.values.Direct` access; for a block
+    of point dimensions only, the element itself, no axes and no access."""
     arg = g.m.arg_names[array]
-    subs, axes = g.x.block_subscripts(blocks, g.m.array_dims[array])
+    dims = g.m.array_dims[array]
+    subs, axes = g.x.block_subscripts(blocks, dims)
     while len(subs) > 1 and subs[-1] == ":":
         subs.pop()
     if not axes:                  # a scalar element (of a 0-d array: ``a[()]``)
-        return f"{arg}[{', '.join(subs) or '()'}]", ()
+        return f"{arg}[{', '.join(subs) or '()'}]", (), None
+    direct = g.x.direct(arg, blocks, dims, frame.lines, g.removable)
     view = g.names.fresh(array + "_out")
     frame.lines.append(f"{view} = {arg}[{', '.join(subs)}]")
-    return view, tuple(axes)
+    g.removable.add(view)
+    return view, tuple(axes), direct

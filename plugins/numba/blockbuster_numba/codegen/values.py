@@ -124,16 +124,63 @@ def padded(dim: Dim) -> int:
     return min(dim.block, dim.size)
 
 
+class Direct:
+    """Elements of a block of a global array read or written in place, not through a
+    view: ``array[start + r, ...]``. A 2-D slice costs Numba ~0.1 CPU s to compile
+    (a view's struct, its clamped bounds, runtime strides its loops must check); the
+    unit-stride array itself does not. The view is still emitted for what needs an
+    array (a ``gemm_`` operand) and dropped when nothing does (:func:`drop_unused`).
+
+    ``pieces``: per dimension of the array, ``(True, start)`` for a block axis (its
+    first element; "0" for a whole dimension) or ``(False, index)`` for a point."""
+
+    __slots__ = ("array", "pieces")
+
+    def __init__(self, array: str, pieces):
+        self.array = array
+        self.pieces = tuple(pieces)
+
+    def at(self, idx) -> str:
+        """Code of element ``idx`` (one loop index per block axis)."""
+        it = iter(idx)
+        parts = []
+        for axis, code in self.pieces:
+            if not axis:
+                parts.append(code)
+                continue
+            i = next(it)
+            parts.append(i if code == "0" else f"{code} + {i}")
+        return f"{self.array}[{', '.join(parts)}]"
+
+
+_ASSIGNED = re.compile(r"^\s*(\w+) = ")
+_WORD = re.compile(r"\w+")
+
+
+def drop_unused(lines: list[str], removable: set) -> list[str]:
+    """``lines`` without the assignments to names in ``removable`` that nothing reads
+    (views of blocks accessed in place, see :class:`Direct`). Each name is assigned
+    once (:class:`Namer`); code only is counted, not comments."""
+    if not removable:
+        return lines
+    words = Counter(w for line in lines for w in _WORD.findall(line.split("#", 1)[0]))
+    unused = {n for n in removable if words[n] == 1}
+    return [line for line in lines
+            if not ((m := _ASSIGNED.match(line)) and m.group(1) in unused)]
+
+
 class Block:
     """A scalar, vector or 2-D block. Materialised (``name`` holds it) or lazy (an
-    elementwise node over ``args`` that consumers inline as a scalar expression)."""
+    elementwise node over ``args`` that consumers inline as a scalar expression).
+    A block of a global array also has its :class:`Direct` access (``direct``)."""
 
     __slots__ = ("axes", "name", "node", "args", "frame", "contig", "hint", "_contig_name",
-                 "source")
+                 "source", "direct")
 
     def __init__(self, axes, name=None, node=None, args=(), frame=None, contig=True,
-                 hint="t", source=None):
+                 hint="t", source=None, direct=None):
         self.source = source     # a view of a global array: the load node it came from
+        self.direct = direct     # its elements in place (a Direct), or None
         self.axes = tuple(axes)
         self.name = name
         self.node = node
@@ -260,12 +307,13 @@ class Sink:
     (set, add, max, or rescale-add with the row factors ``alpha``)."""
 
     def __init__(self, array: str | None, prefix=(), mode: str = "set",
-                 alpha: str | None = None, view=None):
+                 alpha: str | None = None, view=None, direct: Direct | None = None):
         self.array = array
         self.prefix = tuple(prefix)
         self.mode = mode
         self.alpha = alpha
-        self.view = view      # (prefix, frame) -> (view name, axes): a store's destination
+        self.view = view      # (prefix, frame) -> (view name, axes, Direct): a store's destination
+        self.direct = direct  # ``array``'s elements in place (no prefix then)
 
     def at(self, index) -> "Sink":
         return Sink(self.array, self.prefix + tuple(index), self.mode, self.alpha, self.view)
