@@ -252,3 +252,6 @@ def test_views_read_in_place_are_dropped_and_views_passed_on_are_kept():
     assert kept == [lines[0], lines[2], lines[3], lines[4], lines[5]]
     # A name that is not removable stays even when nothing reads it.
     assert drop_unused(lines, {"A_blk"}) == lines
+    # A loop left without a body gets one.
+    assert drop_unused(["for j in range(2):  # j in N", "    V = X[j:j + 1]", "Y[0] = X[0]"],
+                       {"V"}) == ["for j in range(2):  # j in N", "    pass", "Y[0] = X[0]"]

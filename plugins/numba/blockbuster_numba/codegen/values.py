@@ -165,8 +165,18 @@ def drop_unused(lines: list[str], removable: set) -> list[str]:
         return lines
     words = Counter(w for line in lines for w in _WORD.findall(line.split("#", 1)[0]))
     unused = {n for n in removable if words[n] == 1}
-    return [line for line in lines
+    kept = [line for line in lines
             if not ((m := _ASSIGNED.match(line)) and m.group(1) in unused)]
+    # A loop whose body was only such a line keeps a body.
+    out = []
+    for at, line in enumerate(kept):
+        out.append(line)
+        if line.split("#", 1)[0].rstrip().endswith(":"):
+            pad = len(line) - len(line.lstrip())
+            after = next((x for x in kept[at + 1:] if x.strip() and not x.lstrip().startswith("#")), "")
+            if len(after) - len(after.lstrip()) <= pad:
+                out.append(" " * (pad + 4) + "pass")
+    return out
 
 
 class Block:
