@@ -80,8 +80,8 @@ def emit_load(g, node: Expr, frame: Frame) -> Block:
     array = node.attr.array
     dims = g.m.array_dims[array]
     g.loads.append(planned_load(array, node.attr.index, dims, frame, g.kernel_loops))
-    subs, axes = g.x.block_subscripts(
-        [g.x.block_index(ix, d, frame) for ix, d in zip(node.attr.index, dims)], dims)
+    blocks = [g.x.block_index(ix, d, frame) for ix, d in zip(node.attr.index, dims)]
+    subs, axes = g.x.block_subscripts(blocks, dims)
     # C-contiguous when every subscript after the first non-integer one is ':'.
     first = next((i for i, (s, d) in enumerate(zip(subs, dims)) if not d.point), None)
     contig = first is not None and all(s == ":" for s in subs[first + 1:])
@@ -90,7 +90,6 @@ def emit_load(g, node: Expr, frame: Frame) -> Block:
     arg = g.m.arg_names[array]
     if not axes:   # every dimension a point: a scalar element (0-d: ``a[()]``)
         return Block((), name=f"{arg}[{', '.join(subs) or '()'}]", frame=frame)
-    blocks = [g.x.block_index(ix, d, frame) for ix, d in zip(node.attr.index, dims)]
     direct = g.x.direct(arg, blocks, dims, frame.lines, g.removable)
     name = g.names.fresh(f"{array}_blk")
     frame.lines.append(f"{name} = {arg}[{', '.join(subs)}]")

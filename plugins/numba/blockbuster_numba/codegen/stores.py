@@ -1,4 +1,5 @@
-"""Stage 4, lower: a kernel's stores, each through a view of its destination block.
+"""Stage 4, lower: a kernel's stores, each into its destination block (in place, or
+through a view of the block where an array is needed).
 
 A block is written element by element by the loop nest that computes it (the lazy
 elementwise chain is fused into the store); a ``map`` stored with ``:`` writes each
@@ -107,7 +108,7 @@ def emit_store(g, store: Store, frame: Frame) -> None:
 
 
 def store_block(g, array: str, blocks, v: Block, frame: Frame) -> None:
-    """``array[blocks] = v`` through a view of the destination block."""
+    """``array[blocks] = v``, element by element in place."""
     view, axes, direct = dest_view(g, array, blocks, frame)
     if not axes:
         materialize(g, v)
