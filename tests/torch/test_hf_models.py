@@ -120,3 +120,16 @@ def test_falcon_new_decoder_architecture_grouped_qkv():
                        vocab_size=50, max_position_embeddings=64)
     cfg._attn_implementation = "sdpa"
     _check(FalconWithRope(cfg), torch.randn(1, 13, 64) * 3)
+
+
+def test_roberta_model_numbers_positions_past_its_padding():
+    """RoBERTa (and XLM-R, CamemBERT...) computes position ids from the token ids —
+    a running count (``cumsum``) of the tokens that are not padding — and picks its
+    token-type buffer with ``gather``: a padded batch of two matches eager."""
+    from transformers import RobertaConfig, RobertaModel
+    cfg = RobertaConfig(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                        num_hidden_layers=1, vocab_size=50, max_position_embeddings=40)
+    cfg._attn_implementation = "sdpa"
+    ids = torch.randint(2, 50, (2, 13))
+    ids[1, 9:] = cfg.pad_token_id
+    _check(LastHidden(RobertaModel(cfg)), ids)

@@ -123,11 +123,11 @@ def test_heads_split_and_merged_around_a_projection():
 
 def test_unsupported_operator_names_the_op_and_the_model_line():
     def model(x):
-        return torch.cumsum(x, dim=-1)                 # the line the error must name
+        return torch.cumprod(x, dim=-1)                # the line the error must name
     with pytest.raises(ImportError_) as err:
         lower_module(model, torch.randn(3, 5))
     msg = str(err.value)
-    assert "aten.cumsum" in msg and "test_import_ops.py:" in msg
+    assert "aten.cumprod" in msg and "test_import_ops.py:" in msg
     assert "\n" not in msg
 
 
@@ -380,5 +380,60 @@ def test_reductions_over_a_batch_or_head_axis():
     e = np.exp(x64 - x64.max(0))
     want = [x64.sum(1), x64 - x64.max(1, keepdims=True), e / e.sum(0),
             (w / w.sum(-1, keepdims=True)).mean(0)]
+    for g, wnt in zip(got, want):
+        assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-6
+
+
+def test_running_sums_along_any_axis():
+    """``torch.cumsum`` along the last axis, a tiled middle axis and a batch axis, on
+    ragged sizes and large magnitudes (a product with a constant triangular matrix;
+    fused too)."""
+    def f(x):
+        return torch.cumsum(x, -1), torch.cumsum(x, 1) * 2, torch.cumsum(x, 0)
+    x = torch.randn(3, 37, 29) * 1e3 + 1e3
+    x64 = x.double().numpy()
+    want = [np.cumsum(x64, -1), np.cumsum(x64, 1) * 2, np.cumsum(x64, 0)]
+    for fuse in (False, True):
+        got, _, _ = run_imported(f, x, fuse=fuse, blocks={"N37": 16, "N29": 8})
+        for g, wnt in zip(got, want):
+            assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-5
+
+
+def test_positions_numbered_past_padding_then_looked_up():
+    """RoBERTa's position ids: a running count of the tokens that are not padding
+    (``cumsum`` of a mask of integer token ids), then an embedding lookup and a
+    ``gather`` of a buffer by those ids."""
+    class Positions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = torch.nn.Embedding(40, 24)
+            self.register_buffer("bias", torch.linspace(-3e3, 3e3, 40)[None, :])
+
+        def forward(self, ids):
+            mask = ids.ne(1).int()
+            pos = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + 1
+            picked = torch.gather(self.bias.expand(ids.shape[0], -1), 1, pos)
+            return self.pos(pos) * picked[..., None]
+    model = Positions().eval()
+    ids = torch.randint(2, 50, (2, 29))
+    ids[0, 20:] = 1                                   # a padded sequence
+    got, _, _ = run_imported(model, ids)
+    pos = (np.cumsum(ids.numpy() != 1, axis=1) * (ids.numpy() != 1)) + 1
+    table = model.pos.weight.detach().double().numpy()
+    bias = model.bias.double().numpy()[0]
+    want = table[pos] * bias[pos][..., None]
+    assert max_rel_error(got[0], want) < 1e-6
+
+
+def test_gather_along_the_last_and_a_leading_axis():
+    """``torch.gather`` of inputs by index inputs, along the last axis and along a
+    leading axis, the index longer than the input there (``np.take_along_axis``)."""
+    def f(x, y, i, j):
+        return torch.gather(x, -1, i), torch.gather(y, 0, j)
+    x, y = torch.randn(3, 37, 19) * 1e3, torch.randn(7, 5) * 1e3
+    i, j = torch.randint(0, 19, (3, 37, 19)), torch.randint(0, 7, (11, 5))
+    got, _, _ = run_imported(f, x, y, i, j)
+    x64, y64 = x.double().numpy(), y.double().numpy()
+    want = [np.take_along_axis(x64, i.numpy(), -1), np.take_along_axis(y64, j.numpy(), 0)]
     for g, wnt in zip(got, want):
         assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-6

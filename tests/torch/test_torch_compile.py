@@ -27,7 +27,7 @@ class Block(torch.nn.Module):
         return x + self.down(F.silu(self.up(self.ln(x))))
 
 
-class WithCumsum(torch.nn.Module):
+class WithCumprod(torch.nn.Module):
     """An operator Blockbuster does not lower, between two it does."""
 
     def __init__(self, e=40):
@@ -36,7 +36,7 @@ class WithCumsum(torch.nn.Module):
         self.b = torch.nn.Linear(e, e)
 
     def forward(self, x):
-        return self.b(torch.cumsum(torch.sigmoid(self.a(x)), dim=-1))
+        return self.b(torch.cumprod(torch.sigmoid(self.a(x)), dim=-1))
 
 
 def _close(a, b, tol=1e-5):
@@ -74,7 +74,7 @@ def test_compiled_module_matches_eager(backend):
 
 
 def test_unsupported_operators_stay_in_eager():
-    model = WithCumsum().eval()
+    model = WithCumprod().eval()
     x = torch.randn(3, 29, 40)
     compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
     with torch.no_grad():
@@ -213,7 +213,7 @@ class PositionsAroundABreak(torch.nn.Module):
 
     def forward(self, x):
         pos = torch.arange(x.shape[1])[None, :, None].float()
-        freqs = torch.cumsum(pos * torch.sigmoid(self.gate(x)), dim=-1)  # in PyTorch
+        freqs = torch.cumprod(pos * torch.sigmoid(self.gate(x)), dim=-1)  # in PyTorch
         return self.lin(x) * torch.sigmoid(freqs)
 
 
@@ -251,7 +251,7 @@ class SkipAroundABreak(torch.nn.Module):
 
     def forward(self, x):
         h = torch.tanh(self.a(x))
-        return self.b(h) * torch.cumsum(h, dim=-1)
+        return self.b(h) * torch.cumprod(h, dim=-1)
 
 
 def test_a_region_reads_another_regions_output(monkeypatch):
@@ -281,7 +281,7 @@ class HeadsAroundABreak(torch.nn.Module):
     def forward(self, x):
         b, t, e = x.shape
         q = self.a(x).view(b, t, self.h, e // self.h).transpose(1, 2)
-        return self.b((q * torch.cumsum(q, -1)).transpose(1, 2).reshape(b, t, e))
+        return self.b((q * torch.cumprod(q, -1)).transpose(1, 2).reshape(b, t, e))
 
 
 def test_region_outputs_keep_their_traced_strides():

@@ -228,7 +228,7 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
                     (torch.randn(1, 37) * 1e3,))
 
         def running(x):
-            return torch.cumsum(x, -1)
+            return torch.cumprod(x, -1)
 
         def unsupported():
             return running, (torch.randn(4, 8),)
@@ -246,7 +246,7 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
     status = cli.main(["run", f"{tmp_path / 'mine.py'}:unsupported"])
     err = capsys.readouterr().err
     assert status == 2
-    assert "mine.py:17: unsupported operator aten.cumsum" in err, err
+    assert "mine.py:17: unsupported operator aten.cumprod" in err, err
     status = cli.main(["run", f"{tmp_path / 'mine.py'}:by_name"])
     err = capsys.readouterr().err
     assert status == 2 and "example inputs are a dict" in err, err

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...ir import expr as E
 
 from ..tensors import values as V
@@ -283,6 +285,29 @@ def _slice(low, node, x, dim=0, start=None, end=None, step=1):
     return V.slice_axis(low.planner, x, dim % x.rank, start, end, step, node.name)
 
 
+@handles("cumsum.default")
+def _cumsum(low, node, x, dim, dtype=None):
+    """Running sums along ``dim``: ``out[t] = Σ_s x[s]·U[s, t]`` with the constant
+    upper-triangular 0/1 matrix ``U``, a broadcast product summed over ``s`` (not a
+    matmul: the rows of ``[B, T]`` token ids are a batch iterated one index at a
+    time), as RoBERTa-style models number the tokens that are not padding. Exact on
+    integer counts (below 2^24); floats are summed in blocks, not left to right."""
+    axis = dim % x.rank
+    n = x.shape[axis]
+    if n == 1:
+        return x
+    if x.axes[axis] is None:
+        raise ImportError_("cumsum along a broadcast axis")
+    last = x.rank - 1
+    perm = list(range(x.rank))
+    perm[axis], perm[last] = perm[last], perm[axis]
+    moved = V.permute(x, perm) if axis != last else x
+    upper = low.constant(node, f"cumsum_{node.name}", np.triu(np.ones((n, n))))
+    prod = low.k.elementwise("mul", [V.insert_axis(moved, moved.rank), upper], node.name)
+    out = low.k.reduce("sum", prod, prod.rank - 2, node.name)
+    return V.permute(out, perm) if axis != last else out
+
+
 @handles("select.int")
 def _select(low, node, x, dim, index):
     """``x[i]``: one element of a point or size-1 axis (whole blocks only on a tiled
@@ -470,6 +495,24 @@ def _no_op(low, node, *args, **kwargs):
     return None
 
 
+def _one_hot(low, ids: Value, table_axis) -> Value:
+    """``ids[..., t] == v`` as 0/1 for every ``v`` of ``table_axis``: ``ids``'s shape
+    plus that axis (tiled), its leading axes iterated one index at a time."""
+    k = low.k
+    low.planner.mark_tiled(table_axis)
+    for c in ids.axes[:-1]:         # [B, T] ids: the rows of the one-hot block are T's
+        if c is not None:
+            low.planner.mark_point(c)
+
+    def one_hot(index):
+        row = k.block(ids, index[:-1])
+        col = E.pos(low.planner.dim(table_axis).name, index[-1])
+        return E.call("eq", E.call("outer", row, E.call("ones", col)),
+                      E.call("outer", E.call("ones", row), col))
+    return k.emit("one_hot", ids.shape + (low.planner.size(table_axis),),
+                  ids.axes + (table_axis,), one_hot)
+
+
 @handles("embedding.default")
 def _embedding(low, node, weight, ids, padding_idx=-1, *rest):
     """Rows of ``weight`` picked by ``ids``: a one-hot block times the table, summed
@@ -480,17 +523,30 @@ def _embedding(low, node, weight, ids, padding_idx=-1, *rest):
         raise ImportError_("embedding: the table must be a 2-D weight")
     if ids.loader is None:
         raise ImportError_("embedding: constant ids")
-    k = low.k
-    vocab = weight.axes[0]
-    low.planner.mark_tiled(vocab)
-    for c in ids.axes[:-1]:         # [B, T] ids: the rows of the looked-up block are T's
-        if c is not None:
-            low.planner.mark_point(c)
+    return low.k.matmul(_one_hot(low, ids, weight.axes[0]), weight, node.name)
 
-    def one_hot(index):
-        row = k.block(ids, index[:-1])
-        col = E.pos(low.planner.dim(vocab).name, index[-1])
-        return E.call("eq", E.call("outer", row, E.call("ones", col)),
-                      E.call("outer", E.call("ones", row), col))
-    hot = k.emit("one_hot", ids.shape + (weight.shape[0],), ids.axes + (vocab,), one_hot)
-    return k.matmul(hot, weight, node.name)
+
+@handles("gather.default")
+def _gather(low, node, x, dim, index, sparse_grad=False):
+    """``out[..., t] = x[..., index[..., t]]`` along ``dim``: the one-hot of the
+    index times ``x`` as a column (the embedding lookup's product, one per row of
+    the leading axes), e.g. RoBERTa's token-type buffer picked by position ids."""
+    if not isinstance(index, Value) or index.loader is None:
+        raise ImportError_("gather with constant indices")
+    if x.rank != index.rank or x.rank < 1:
+        raise ImportError_(f"gather of a {x.rank}-D tensor by a {index.rank}-D index")
+    axis = dim % x.rank
+    last = x.rank - 1
+    perm = list(range(x.rank))
+    perm[axis], perm[last] = perm[last], perm[axis]
+    if axis != last:
+        x, index = V.permute(x, perm), V.permute(index, perm)
+    if tuple(x.shape[:-1]) != tuple(index.shape[:-1]):
+        raise ImportError_(f"gather: index of shape {list(index.shape)} from a tensor of "
+                           f"shape {list(x.shape)} (only the gathered axis may differ)")
+    if x.axes[-1] is None:
+        raise ImportError_("gather along a broadcast axis")
+    hot = _one_hot(low, index, x.axes[-1])
+    out = low.k.matmul(hot, V.insert_axis(x, x.rank), node.name)
+    out = V.drop_axis(out, out.rank - 1, low.planner)
+    return V.permute(out, perm) if axis != last else out
