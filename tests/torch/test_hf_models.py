@@ -5,10 +5,14 @@ checked here; fusion of such layers is checked in test_hf_layers.py)."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
 import torch
+
+import blockbuster as bb
+from blockbuster.frontend.pytorch import lower_module
 
 from helpers_torch import max_rel_error, run_imported
 
@@ -133,3 +137,57 @@ def test_roberta_model_numbers_positions_past_its_padding():
     ids = torch.randint(2, 50, (2, 13))
     ids[1, 9:] = cfg.pad_token_id
     _check(LastHidden(RobertaModel(cfg)), ids)
+
+
+class WithMask(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, mask):
+        return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def _padded(batch: int, length: int, vocab: int):
+    """Token ids and a tokenizer's attention mask: the first sequence padded on the
+    left (as for generation), the second on the right."""
+    ids = torch.randint(2, vocab, (batch, length))
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[0, :4] = 0
+    mask[1, length - 5:] = 0
+    return ids, mask
+
+
+def test_llama_model_with_a_tokenizers_padding_mask():
+    """``attention_mask`` as a tokenizer returns it: Hugging Face builds the 4-D mask
+    by indexing the padding mask with ``arange`` tensors; left-padded queries attend
+    no key under the causal mask, and PyTorch gives them 0, not the NaN of a
+    softmax over nothing (which would reach every row of a next layer through
+    0 · NaN in P·V); fused too."""
+    from transformers import LlamaConfig, LlamaModel
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                      num_key_value_heads=1, num_hidden_layers=1, vocab_size=50,
+                      max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    model = WithMask(LlamaModel(cfg)).eval()
+    ids, mask = _padded(2, 13, 50)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids, mask).numpy()
+    low = lower_module(model, ids, mask)
+    for program in (low.program, bb.fuse(low.program).program):
+        got = bb.compile(program, backend="reference")(ids=ids.numpy(), mask=mask.numpy(),
+                                                       **low.weights)
+        assert max_rel_error(got[program.outputs[0]].reshape(want.shape), want) < 2e-5
+
+
+def test_bert_model_with_a_tokenizers_padding_mask():
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                     num_hidden_layers=1, vocab_size=50, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    model = WithMask(BertModel(cfg)).eval()
+    ids, mask = _padded(2, 13, 50)
+    got, _, _ = run_imported(model, ids, mask)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids, mask).numpy()
+    assert max_rel_error(got[0], want) < 2e-5

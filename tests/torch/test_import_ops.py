@@ -437,3 +437,32 @@ def test_gather_along_the_last_and_a_leading_axis():
     want = [np.take_along_axis(x64, i.numpy(), -1), np.take_along_axis(y64, j.numpy(), 0)]
     for g, wnt in zip(got, want):
         assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-6
+
+
+def test_indexing_with_constant_ranges_on_several_axes():
+    """``x[b_idx, s_idx]`` with ``arange`` index tensors broadcast against each other
+    (how Hugging Face expands a padding mask to ``[B, 1, 1, S]``), indexed axes that
+    are not adjacent (the index shape goes first), and a constant single index."""
+    def f(x, y):
+        b = torch.arange(x.shape[0])[:, None, None, None]
+        s = torch.arange(x.shape[1])[None, None, None, :]
+        i = torch.arange(2, 7)[None, :]
+        c = torch.arange(y.shape[2])[:, None]
+        return x[b, s] * 2, y[i, :, c], y[[3]]
+    x, y = torch.randn(3, 37) * 1e3, torch.randn(9, 11, 29) * 1e3
+    got, _, _ = run_imported(f, x, y)
+    x64, y64 = x.double().numpy(), y.double().numpy()
+    want = [x64[np.arange(3)[:, None, None, None], np.arange(37)[None, None, None, :]] * 2,
+            y64[np.arange(2, 7)[None, :], :, np.arange(29)[:, None]], y64[[3]]]
+    for g, wnt in zip(got, want):
+        assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-6
+
+
+@pytest.mark.parametrize("index, says", [
+    (lambda x: x[torch.tensor([2, 0, 1])], "do not count up by one"),
+    (lambda x: x[torch.arange(3), torch.arange(3)], "two indices count along one axis"),
+    (lambda x: x[(x[:, 0] > 0).long()], "only constant indices")])
+def test_indexing_the_import_cannot_express_is_a_clear_error(index, says):
+    with pytest.raises(ImportError_) as err:
+        lower_module(index, torch.randn(3, 5))
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -401,25 +401,71 @@ def _concat(low, pieces, axis: int, what: str) -> Value:
 
 @handles("index.Tensor")
 def _index(low, node, x, indices):
-    """``x[..., [i, i+1, ...], ...]`` with constant, consecutive indices on one axis
-    (a multi-query attention picking its key and value head out of a fused
-    projection): the slice ``i:i+n``, a view. Other advanced indexing is left out."""
-    idx = [a for a in node.args[1]]
-    used = [(axis, a) for axis, a in enumerate(idx) if a is not None]
-    if len(used) != 1 or getattr(used[0][1], "name", None) in low.dynamic:
-        raise ImportError_("indexing with tensors: only constant consecutive indices "
-                           "along one axis are supported")
-    axis, a = used[0]
-    t = low.recorded.get(a.name)
-    if t is None or t.dtype.is_floating_point or t.dim() != 1 or t.numel() == 0:
-        raise ImportError_("indexing with tensors: only a constant 1-D integer index "
-                           "is supported")
-    n = x.shape[axis]
-    vals = [int(v) % n for v in t.tolist()]
-    if vals != list(range(vals[0], vals[0] + len(vals))):
-        raise ImportError_(f"indexing with tensors: indices {vals[:8]} are not "
-                           f"consecutive")
-    return V.slice_axis(low.planner, x, axis, vals[0], vals[0] + len(vals), 1, node.name)
+    """``x[i0, i1, ...]`` with constant index tensors, each counting up by one along
+    at most one axis of their broadcast shape (and constant along the others):
+    slices of ``x`` arranged into that shape, a view. Covers a multi-query
+    attention picking its key and value head out of a fused projection
+    (``qkv[..., [-2], :]``) and the padding masks Hugging Face builds with
+    ``mask[batch_idx, kv_idx]`` over ``arange`` indices. Other advanced indexing
+    (indices that depend on the inputs, a diagonal ``x[i, i]``, a permutation) is
+    left out."""
+    used = [(axis, a) for axis, a in enumerate(node.args[1]) if a is not None]
+    if not used or any(getattr(a, "name", None) in low.dynamic for _, a in used):
+        raise ImportError_("indexing with tensors: only constant indices are supported")
+    arrays = []
+    for axis, a in used:
+        t = low.recorded.get(a.name)
+        if t is None or t.dtype.is_floating_point or t.numel() == 0:
+            raise ImportError_("indexing with tensors: only constant integer indices "
+                               "are supported")
+        arrays.append(t.detach().cpu().numpy().astype(np.int64) % x.shape[axis])
+    shape = np.broadcast_shapes(*(t.shape for t in arrays))
+    plans = [_index_plan(np.broadcast_to(t, shape)) for t in arrays]
+    along = [p for p, _ in plans if p is not None]
+    if len(along) != len(set(along)):
+        raise ImportError_("indexing with tensors: two indices count along one axis "
+                           "(a diagonal)")
+    # Each indexed axis becomes its slice (one element where its index is constant).
+    for (axis, _), (p, start) in zip(used, plans):
+        n = 1 if p is None else shape[p]
+        x = V.slice_axis(low.planner, x, axis, start, start + n, 1, node.name)
+    # PyTorch puts the index shape where the indexed axes were when they are
+    # adjacent, else first; the other axes keep their order around it.
+    axes = [axis for axis, _ in used]
+    at = axes[0] if axes == list(range(axes[0], axes[0] + len(axes))) else 0
+    rest = [d for d in range(x.rank) if d not in axes]
+    pre, post = [d for d in rest if d < at] if at else [], [d for d in rest if d >= at]
+    by_p = {p: axis for (axis, _), (p, _) in zip(used, plans) if p is not None}
+    # Constant indices: their axes (now one element) are dropped, last first.
+    for axis in sorted((axis for (axis, _), (p, _) in zip(used, plans) if p is None),
+                       reverse=True):
+        x = V.drop_axis(x, axis, low.planner)
+        pre = [d - (d > axis) for d in pre]
+        post = [d - (d > axis) for d in post]
+        by_p = {p: a - (a > axis) for p, a in by_p.items()}
+    order = pre + [by_p[p] for p in sorted(by_p)] + post
+    x = V.permute(x, order) if order != list(range(x.rank)) else x
+    for p in range(len(shape)):              # index axes no index counts along
+        if p not in by_p:
+            x = V.insert_axis(x, len(pre) + p)
+    full = tuple(x.shape[:len(pre)]) + tuple(shape) + tuple(x.shape[len(pre) + len(shape):])
+    return V.expand(x, list(full), low.planner) if tuple(x.shape) != full else x
+
+
+def _index_plan(t: np.ndarray) -> tuple:
+    """(the axis ``t`` counts up by one along, or None where it is constant; its
+    first value), or an import error."""
+    first = int(t.flat[0])
+    if (t == first).all():
+        return None, first
+    varying = [p for p in range(t.ndim) if t.shape[p] > 1 and (np.diff(t, axis=p) != 0).any()]
+    if len(varying) == 1:
+        p = varying[0]
+        step = np.arange(t.shape[p]).reshape([-1 if q == p else 1 for q in range(t.ndim)])
+        if (t == first + step).all():
+            return p, first
+    raise ImportError_(f"indexing with tensors: indices {t.reshape(-1)[:8].tolist()} do "
+                       f"not count up by one along one axis")
 
 
 def index_nodes(graph, dynamic) -> set:

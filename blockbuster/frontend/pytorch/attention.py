@@ -38,7 +38,29 @@ def attention(low, node, q: Value, k: Value, v: Value, mask, is_causal: bool, sc
     if mask is not None and _mask_dtype(node) == "bool":
         # a boolean mask says which keys to attend (True), not what to add
         mask = km.elementwise("where", [mask, V.scalar(0.0), V.scalar(-math.inf)], what)
-    return attend(km, q, k, v, scale, is_causal, mask, what)
+    out = attend(km, q, k, v, scale, is_causal, mask, what)
+    if mask is not None and _may_mask_whole_rows(low, node):
+        # PyTorch gives 0 for a query that may attend no key (its softmax of only
+        # -inf would be 0/0): a padded query under a causal and padding mask. A NaN
+        # there would reach every row of the next layer (0 · NaN in P·V).
+        best = km.reduce("max", mask, mask.rank - 1, what, keepdim=True)
+        live = km.elementwise("gt", [best, V.scalar(-math.inf)], what)
+        out = km.elementwise("where", [live, out, V.scalar(0.0)], what)
+    return out
+
+
+def _may_mask_whole_rows(low, node) -> bool:
+    """Can a row of the mask be all -inf (all False)? Computed masks can; a
+    constant one is looked at."""
+    src = _mask_node(node)
+    t = low.recorded.get(getattr(src, "name", None))
+    if t is None or getattr(src, "name", None) in low.dynamic:
+        return True
+    arr = t.detach().to("cpu").numpy()
+    if arr.ndim == 0:
+        return False
+    masked = ~arr if arr.dtype == bool else np.isneginf(arr.astype(np.float64))
+    return bool(masked.all(axis=-1).any())
 
 
 def _mask_node(node):
