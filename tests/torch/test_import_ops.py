@@ -466,3 +466,44 @@ def test_indexing_the_import_cannot_express_is_a_clear_error(index, says):
     with pytest.raises(ImportError_) as err:
         lower_module(index, torch.randn(3, 5))
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_reductions_over_several_axes_and_extremes_with_their_values():
+    """``sum``/``mean`` over several axes (one after another), ``amin``, ``x.max(dim)``
+    and ``x.min(dim)`` values, and boolean ``any``/``all`` as 0/1."""
+    def f(x):
+        return (x.sum((0, 1)), x.mean((1, 0), keepdim=True), x.amin(1),
+                x.max(-1).values, x - x.min(dim=2, keepdim=True)[0],
+                (x > 2e3).any(-1).float(), (x > -1e3).all(1).float())
+    x = torch.randn(3, 5, 19, 24) * 1e3
+    got, _, _ = run_imported(f, x)
+    x64 = x.double().numpy()
+    want = [x64.sum((0, 1)), x64.mean((0, 1), keepdims=True), x64.min(1), x64.max(-1),
+            x64 - x64.min(2, keepdims=True), (x64 > 2e3).any(-1), (x64 > -1e3).all(1)]
+    for g, wnt in zip(got, want):
+        assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-6
+
+
+def test_an_extreme_whose_indices_are_read_is_a_clear_error():
+    with pytest.raises(ImportError_) as err:
+        lower_module(lambda x: x.max(-1).indices.float() + x.max(-1).values, torch.randn(3, 5))
+    assert "indices" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_non_finite_tests_and_nan_to_num():
+    def f(x):
+        return (torch.isnan(x).float(), torch.isinf(x).float(), torch.isfinite(x).float(),
+                torch.isposinf(x).float() - torch.isneginf(x).float(), torch.nan_to_num(x),
+                torch.nan_to_num(x, nan=1.0, posinf=2.0, neginf=-3.0))
+    x = torch.randn(3, 19, 24) * 1e3
+    x[0, 1, :5] = float("nan")
+    x[1, 2, 3:9] = float("inf")
+    x[2, :4, 7] = -float("inf")
+    got, _, _ = run_imported(f, x)
+    a = x.double().numpy()
+    big = float(np.finfo(np.float32).max)
+    want = [np.isnan(a), np.isinf(a), np.isfinite(a), np.isposinf(a) * 1.0 - np.isneginf(a),
+            np.nan_to_num(a, nan=0.0, posinf=big, neginf=-big),
+            np.nan_to_num(a, nan=1.0, posinf=2.0, neginf=-3.0)]
+    for g, wnt in zip(got, want):
+        assert np.array_equal(g.reshape(wnt.shape), wnt.astype(np.float32))

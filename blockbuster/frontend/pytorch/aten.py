@@ -34,15 +34,39 @@ def _one_axis(x: Value, dims, what: str) -> int:
     return dims[0] % x.rank
 
 
+def _axes(x: Value, dims) -> list[int]:
+    """The axes ``dims`` names (all of them for none), last first: reducing one at a
+    time, the earlier ones keep their positions."""
+    dims = [dims] if isinstance(dims, int) else list(dims or range(x.rank))
+    return sorted({d % x.rank for d in dims}, reverse=True)
+
+
+def _reduce_axes(low, node, combiner: str, x: Value, dims, keepdim: bool,
+                 scale: float | None = None) -> Value:
+    """``combiner`` over every axis of ``dims``, one after another (``scale`` once)."""
+    axes = _axes(x, dims)
+    if len(axes) == x.rank and not keepdim:
+        raise ImportError_(f"{str(node.target).split('.')[1]} over all axes to a single "
+                           f"number: keep an axis (keepdim=True or reduce fewer axes)")
+    for i, axis in enumerate(axes):
+        x = low.k.reduce(combiner, x, axis, node.name, keepdim,
+                         scale=scale if i == 0 else None)
+    return x
+
+
+def _negated(low, node, x: Value) -> Value:
+    return low.k.elementwise("neg", [x], node.name)
+
+
 @handles("mean.dim")
 def _mean(low, node, x, dims, keepdim=False, dtype=None):
-    axis = _one_axis(x, dims, "mean")
-    return low.k.reduce("sum", x, axis, node.name, keepdim, scale=1.0 / x.shape[axis])
+    count = math.prod(x.shape[a] for a in _axes(x, dims))
+    return _reduce_axes(low, node, "sum", x, dims, keepdim, scale=1.0 / count)
 
 
 @handles("sum.dim_IntList")
 def _sum(low, node, x, dims, keepdim=False, dtype=None):
-    return low.k.reduce("sum", x, _one_axis(x, dims, "sum"), node.name, keepdim)
+    return _reduce_axes(low, node, "sum", x, dims, keepdim)
 
 
 @handles("var.correction", "std.correction")
@@ -79,9 +103,43 @@ def _vector_norm(low, node, x, ord=2, dim=None, keepdim=False, dtype=None):
     raise ImportError_(f"norm of order {ord}: only 1, 2 and inf are supported")
 
 
-@handles("amax.default")
+@handles("amax.default", "amin.default")
 def _amax(low, node, x, dims=(), keepdim=False):
-    return low.k.reduce("max", x, _one_axis(x, dims, "amax"), node.name, keepdim)
+    return _extreme(low, node, "amax" in str(node.target), x, dims, keepdim)
+
+
+def _extreme(low, node, largest: bool, x: Value, dims, keepdim: bool) -> Value:
+    """Largest (smallest: ``-max(-x)``, exact) over the axes; NaN propagates."""
+    if largest:
+        return _reduce_axes(low, node, "max", x, dims, keepdim)
+    return _negated(low, node, _reduce_axes(low, node, "max", _negated(low, node, x),
+                                            dims, keepdim))
+
+
+@handles("max.dim", "min.dim")
+def _max_dim(low, node, x, dim, keepdim=False):
+    """``x.max(dim)``: the values (``amax``/``amin``); the indices are not computed,
+    and a graph that reads them is an import error."""
+    if any(str(u.target) in _GETITEM and u.args[1] == 1 and u.users for u in node.users):
+        raise ImportError_(f"{str(node.target).split('.')[1]} over an axis: its indices "
+                           f"(arg{str(node.target).split('.')[1]}) are not supported, "
+                           f"only its values")
+    return _extreme(low, node, "max" in str(node.target), x, [dim], keepdim), None
+
+
+_GETITEM = ("<built-in function getitem>", "_operator.getitem")
+
+
+@handles("any.dim", "any.dims", "any.default", "all.dim", "all.dims", "all.default")
+def _any_all(low, node, x, dims=None, keepdim=False):
+    """Boolean reductions as 0/1: any = ``max(x != 0)``, all = ``1 - max(x == 0)``."""
+    k = low.k
+    if "any" in str(node.target):
+        return _reduce_axes(low, node, "max", k.elementwise("ne", [x, scalar(0.0)],
+                                                            node.name), dims, keepdim)
+    zero = _reduce_axes(low, node, "max", k.elementwise("eq", [x, scalar(0.0)], node.name),
+                        dims, keepdim)
+    return k.elementwise("sub", [scalar(1.0), zero], node.name)
 
 
 @handles("_softmax.default", "softmax.int")

@@ -90,6 +90,43 @@ def _div(low, node, a, b, rounding_mode=None):
     return low.k.elementwise("div", [operand(a), operand(b)], node.name)
 
 
+@handles("isnan.default", "isinf.default", "isposinf.default", "isneginf.default",
+         "isfinite.default")
+def _isnan(low, node, x):
+    """Non-finite tests as 0/1 masks with comparisons alone: NaN is the one value
+    not equal to itself; ``|x| < inf`` is false for both infinities and NaN."""
+    k, test = low.k, str(node.target).split(".")[1]
+    if test == "isnan":
+        return k.elementwise("ne", [x, x], node.name)
+    if test == "isfinite":
+        return k.elementwise("lt", [k.elementwise("abs", [x], node.name),
+                                    scalar(math.inf)], node.name)
+    if test == "isinf":
+        return k.elementwise("eq", [k.elementwise("abs", [x], node.name), scalar(math.inf)],
+                             node.name)
+    return k.elementwise("eq", [x, scalar(math.inf if test == "isposinf" else -math.inf)],
+                         node.name)
+
+
+@handles("nan_to_num.default")
+def _nan_to_num(low, node, x, nan=0.0, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced (by default 0 and the dtype's largest finite
+    numbers, as PyTorch)."""
+    import numpy as np
+    val = node.meta.get("val")
+    dtype = np.float64 if str(getattr(val, "dtype", "")) == "torch.float64" else np.float32
+    big = float(np.finfo(dtype).max)
+    k = low.k
+    pos = scalar(big if posinf is None else posinf)
+    neg = scalar(-big if neginf is None else neginf)
+    out = k.elementwise("where", [k.elementwise("eq", [x, scalar(math.inf)], node.name),
+                                  pos, x], node.name)
+    out = k.elementwise("where", [k.elementwise("eq", [x, scalar(-math.inf)], node.name),
+                                  neg, out], node.name)
+    return k.elementwise("where", [k.elementwise("ne", [x, x], node.name),
+                                   scalar(0.0 if nan is None else nan), out], node.name)
+
+
 @handles("pow.Tensor_Scalar")
 def _pow(low, node, x, exponent):
     return low.k.power(x, exponent, node.name)
