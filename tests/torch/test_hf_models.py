@@ -191,3 +191,30 @@ def test_bert_model_with_a_tokenizers_padding_mask():
     with torch.no_grad():
         want = copy.deepcopy(model).double()(ids, mask).numpy()
     assert max_rel_error(got[0], want) < 2e-5
+
+
+def test_bert_sequence_classification_pools_the_first_token():
+    """The classifier reads the pooler's ``tanh(W·h[:, 0])``: one element of the tiled
+    sequence axis per sequence, and a linear layer whose rows are the batch."""
+    from transformers import BertConfig, BertForSequenceClassification
+    cfg = BertConfig(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                     num_hidden_layers=1, vocab_size=50, max_position_embeddings=64,
+                     num_labels=3)
+    cfg._attn_implementation = "sdpa"
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = BertForSequenceClassification(cfg)
+
+        def forward(self, ids, mask):
+            return self.model(input_ids=ids, attention_mask=mask).logits
+    model = Logits().eval()
+    ids, mask = _padded(2, 13, 50)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids, mask).numpy()
+    low = lower_module(model, ids, mask)
+    for program in (low.program, bb.fuse(low.program).program):
+        got = bb.compile(program, backend="reference")(ids=ids.numpy(), mask=mask.numpy(),
+                                                       **low.weights)
+        assert max_rel_error(got[program.outputs[0]].reshape(want.shape), want) < 2e-5

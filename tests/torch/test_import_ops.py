@@ -507,3 +507,22 @@ def test_non_finite_tests_and_nan_to_num():
             np.nan_to_num(a, nan=1.0, posinf=2.0, neginf=-3.0)]
     for g, wnt in zip(got, want):
         assert np.array_equal(g.reshape(wnt.shape), wnt.astype(np.float32))
+
+
+def test_one_position_of_a_tiled_axis_then_a_linear_layer():
+    """``h[:, 0]`` (BERT's pooler on the first token), ``h[:, -1:]`` (the last
+    position's logits) and ``h[:, 5]`` of a sequence axis tiled in blocks, each then
+    projected (its rows are the batch, one index at a time); infinities at the other
+    positions are masked, not multiplied by 0."""
+    lin = torch.nn.Linear(24, 7)
+
+    def f(h):
+        return lin(h[:, 0]), lin(h[:, -1:, :]), torch.tanh(h[:, 5])
+    h = torch.randn(3, 37, 24) * 1e3
+    h[:, 1:4, :] = float("inf")
+    got, _, _ = run_imported(f, h, blocks={"N37": 16})
+    h64 = h.double().numpy()
+    w, b = lin.weight.detach().double().numpy(), lin.bias.detach().double().numpy()
+    want = [h64[:, 0] @ w.T + b, h64[:, -1:] @ w.T + b, np.tanh(h64[:, 5])]
+    for g, wnt in zip(got, want):
+        assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-5

@@ -340,7 +340,45 @@ def _to_copy(low, node, x, *rest, **kwargs):
 def _slice(low, node, x, dim=0, start=None, end=None, step=1):
     if step != 1:
         return strided.strided_slice(low, node, x, dim % x.rank, start, end, step)
-    return V.slice_axis(low.planner, x, dim % x.rank, start, end, step, node.name)
+    axis, n = dim % x.rank, x.shape[dim % x.rank]
+    first, stop, _ = slice(start, end, 1).indices(n)
+    if stop - first == 1 and _tiled_now(low, x, axis):
+        return _pick_tiled(low, node, x, axis, first)
+    return V.slice_axis(low.planner, x, axis, start, end, step, node.name)
+
+
+def _tiled_now(low, x: Value, axis: int) -> bool:
+    """Is ``axis`` of ``x`` tiled in blocks (known in the emitting pass only: the
+    planning pass takes a one-element slice for a view, as of a point axis, and
+    notes that a kernel may read ``x`` whole, so that at most two of its axes are
+    tiled)?"""
+    c = x.axes[axis]
+    if low.planner.planning:
+        if c is not None:
+            low.planner.note_tensor(x.axes)
+        return False
+    return c is not None and not low.planner.dim(c).point
+
+
+def _pick_tiled(low, node, x: Value, axis: int, at: int) -> Value:
+    """``x[..., at:at+1, ...]`` of a tiled axis (BERT's first token ``h[:, 0]``, the
+    last position's logits ``h[:, -1:]``): the blocks with every other element of
+    the axis masked to 0, summed over the axis (exact: one term plus zeros; a
+    select, not a product, so an infinity elsewhere does not become NaN)."""
+    k = low.k
+    tiled = k.tiled(x)
+    if len(tiled) != 2:
+        raise ImportError_(f"a single element [{at}] of an axis tiled in blocks")
+    other = tiled[1] if tiled[0] == axis else tiled[0]
+    dim, odim = (low.planner.dim(x.axes[a]).name for a in (axis, other))
+
+    def value(index):
+        hit = E.call("eq", E.pos(dim, index[axis]), E.const(float(at)))
+        ones = E.call("ones", E.pos(odim, index[other]))
+        mask = E.call("outer", hit, ones) if axis == tiled[0] else E.call("outer", ones, hit)
+        return E.call("where", mask, k.block(x, index), E.const(0.0))
+    masked = k.emit("pick", x.shape, x.axes, value)
+    return k.reduce("sum", masked, axis, node.name, keepdim=True)
 
 
 @handles("cumsum.default")
@@ -372,7 +410,8 @@ def _select(low, node, x, dim, index):
     one), the axis dropped."""
     dim %= x.rank
     index %= x.shape[dim]
-    picked = V.slice_axis(low.planner, x, dim, index, index + 1, 1, node.name)
+    picked = _pick_tiled(low, node, x, dim, index) if _tiled_now(low, x, dim) else \
+        V.slice_axis(low.planner, x, dim, index, index + 1, 1, node.name)
     return V.drop_axis(picked, dim, low.planner)
 
 

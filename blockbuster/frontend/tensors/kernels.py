@@ -269,6 +269,12 @@ class KernelEmitter:
             for q, p in enumerate(order):
                 back[p] = q
             return permute(out, back)
+        if self._rows_are_a_batch(a, b) and hi_of is None:
+            # ``[B, E] @ W`` where B is a batch iterated one index at a time (BERT's
+            # pooler on the first token of each sequence): a row per instance, the
+            # product summed over K (a broadcast multiply, then a column reduction)
+            prod = self.elementwise("mul", [insert_axis(a, a.rank), b], what)
+            return self.reduce("sum", prod, prod.rank - 2, what, name=name)
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
                 self.planner.mark_tiled(c)
@@ -292,6 +298,14 @@ class KernelEmitter:
             return E.reduce("sum", var, kdim, E.call("dot", self.block(a, ia),
                                                      self.block(b, ib)), **bounds)
         return self.emit("matmul", shape, axes, value, name)
+
+    def _rows_are_a_batch(self, a: Value, b: Value) -> bool:
+        """``a``'s rows turned out to be a point axis (emitting pass), ``b`` a 2-D
+        matrix whose columns are tiled."""
+        if self.planner.planning or b.rank != 2:
+            return False
+        dims = [self.planner.dim(c) for c in (a.axes[-2], a.axes[-1], b.axes[-1])]
+        return dims[0].point and not dims[1].point and not dims[2].point
 
     def _tiled_rows(self, a: Value, b: Value) -> int | None:
         """For ``a @ W`` with a 2-D ``W`` (a linear layer), the leading axis of ``a``
