@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -424,3 +425,33 @@ def test_a_graph_returning_a_size_under_dynamic_shapes():
             x = torch.randn(2, t, 48)
             got, n = compiled(x)
             assert n == 2 * t and _close(got, model(x)[0])
+
+
+def test_generate_with_a_compiled_forward_and_a_key_value_cache():
+    """``model.generate`` on a compiled ``forward``: the decoding steps' graphs read a
+    key/value cache, whose sizes TorchDynamo guards with its own sources; those
+    guards reached torch.export's retrace as Python that failed ("name 'L' is not
+    defined") and left whole graphs to PyTorch. Greedy tokens match eager."""
+    transformers = pytest.importorskip("transformers")
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1,
+                                   vocab_size=50, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(2, 50, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[0, :3] = 0                                  # left padding, as for generation
+    kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=False,
+              pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(**kw)
+        model.forward = torch.compile(model.forward, backend="blockbuster",
+                                      options={"backend": "reference", "tune": "off"})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", FallbackWarning)
+            got = model.generate(**kw)
+    assert torch.equal(got, want)
+    whole = [str(w.message) for w in caught if "whole graph" in str(w.message)]
+    assert not whole, whole

@@ -56,6 +56,14 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
             # ``no_grad``: one fused ATen operator) trace their operators instead
             with torch.enable_grad():
                 ep = _export(torch, module, tuple(example_inputs), strict)
+            # The input guards torch.export keeps for running the program again: a
+            # graph handed over by TorchDynamo can leave its own sources in them
+            # (``L['kwargs']...``, from a key/value cache's sizes), which fail as
+            # Python when run_decompositions retraces ("name 'L' is not defined").
+            # The import specialises to these sizes anyway (each new size is a new
+            # program), so it checks none of them.
+            if getattr(ep, "_guards_code", None):
+                ep._guards_code = []
             table = torch.export.default_decompositions()
             for op in kept_ops(torch):
                 table.pop(op, None)
