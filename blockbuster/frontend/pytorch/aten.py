@@ -12,8 +12,6 @@ import math
 
 import numpy as np
 
-from ...ir import expr as E
-
 from ..tensors import values as V
 from ..tensors import reshapes as R
 from ..tensors.composites import layer_norm, rms_norm, softmax
@@ -21,6 +19,8 @@ from ..tensors.values import Value, scalar
 from .dims import ImportError_
 from . import strided
 from . import aten_elementwise  # noqa: F401  (registers the elementwise handlers)
+from .aten_indexing import index_nodes   # (and registers the indexing handlers)
+from .aten_registry import is_call as _is
 # HANDLERS, Empty and TAKES_EMPTY are read by the lowering through this module.
 from .aten_registry import HANDLERS, TAKES_EMPTY, Empty, handles  # noqa: F401
 
@@ -140,6 +140,29 @@ def _any_all(low, node, x, dims=None, keepdim=False):
     zero = _reduce_axes(low, node, "max", k.elementwise("eq", [x, scalar(0.0)], node.name),
                         dims, keepdim)
     return k.elementwise("sub", [scalar(1.0), zero], node.name)
+
+
+@handles("cumsum.default")
+def _cumsum(low, node, x, dim, dtype=None):
+    """Running sums along ``dim``: ``out[t] = Σ_s x[s]·U[s, t]`` with the constant
+    upper-triangular 0/1 matrix ``U``, a broadcast product summed over ``s`` (not a
+    matmul: the rows of ``[B, T]`` token ids are a batch iterated one index at a
+    time), as RoBERTa-style models number the tokens that are not padding. Exact on
+    integer counts (below 2^24); floats are summed in blocks, not left to right."""
+    axis = dim % x.rank
+    n = x.shape[axis]
+    if n == 1:
+        return x
+    if x.axes[axis] is None:
+        raise ImportError_("cumsum along a broadcast axis")
+    last = x.rank - 1
+    perm = list(range(x.rank))
+    perm[axis], perm[last] = perm[last], perm[axis]
+    moved = V.permute(x, perm) if axis != last else x
+    upper = low.constant(node, f"cumsum_{node.name}", np.triu(np.ones((n, n))))
+    prod = low.k.elementwise("mul", [V.insert_axis(moved, moved.rank), upper], node.name)
+    out = low.k.reduce("sum", prod, prod.rank - 2, node.name)
+    return V.permute(out, perm) if axis != last else out
 
 
 @handles("_softmax.default", "softmax.int")
@@ -336,85 +359,6 @@ def _to_copy(low, node, x, *rest, **kwargs):
     return x
 
 
-@handles("slice.Tensor")
-def _slice(low, node, x, dim=0, start=None, end=None, step=1):
-    if step != 1:
-        return strided.strided_slice(low, node, x, dim % x.rank, start, end, step)
-    axis, n = dim % x.rank, x.shape[dim % x.rank]
-    first, stop, _ = slice(start, end, 1).indices(n)
-    if stop - first == 1 and _tiled_now(low, x, axis):
-        return _pick_tiled(low, node, x, axis, first)
-    return V.slice_axis(low.planner, x, axis, start, end, step, node.name)
-
-
-def _tiled_now(low, x: Value, axis: int) -> bool:
-    """Is ``axis`` of ``x`` tiled in blocks (known in the emitting pass only: the
-    planning pass takes a one-element slice for a view, as of a point axis, and
-    notes that a kernel may read ``x`` whole, so that at most two of its axes are
-    tiled)?"""
-    c = x.axes[axis]
-    if low.planner.planning:
-        if c is not None:
-            low.planner.note_tensor(x.axes)
-        return False
-    return c is not None and not low.planner.dim(c).point
-
-
-def _pick_tiled(low, node, x: Value, axis: int, at: int) -> Value:
-    """``x[..., at:at+1, ...]`` of a tiled axis (BERT's first token ``h[:, 0]``, the
-    last position's logits ``h[:, -1:]``): the blocks with every other element of
-    the axis masked to 0, summed over the axis (exact: one term plus zeros; a
-    select, not a product, so an infinity elsewhere does not become NaN)."""
-    k = low.k
-    tiled = k.tiled(x)
-    if len(tiled) != 2:
-        raise ImportError_(f"a single element [{at}] of an axis tiled in blocks")
-    other = tiled[1] if tiled[0] == axis else tiled[0]
-    dim, odim = (low.planner.dim(x.axes[a]).name for a in (axis, other))
-
-    def value(index):
-        hit = E.call("eq", E.pos(dim, index[axis]), E.const(float(at)))
-        ones = E.call("ones", E.pos(odim, index[other]))
-        mask = E.call("outer", hit, ones) if axis == tiled[0] else E.call("outer", ones, hit)
-        return E.call("where", mask, k.block(x, index), E.const(0.0))
-    masked = k.emit("pick", x.shape, x.axes, value)
-    return k.reduce("sum", masked, axis, node.name, keepdim=True)
-
-
-@handles("cumsum.default")
-def _cumsum(low, node, x, dim, dtype=None):
-    """Running sums along ``dim``: ``out[t] = Σ_s x[s]·U[s, t]`` with the constant
-    upper-triangular 0/1 matrix ``U``, a broadcast product summed over ``s`` (not a
-    matmul: the rows of ``[B, T]`` token ids are a batch iterated one index at a
-    time), as RoBERTa-style models number the tokens that are not padding. Exact on
-    integer counts (below 2^24); floats are summed in blocks, not left to right."""
-    axis = dim % x.rank
-    n = x.shape[axis]
-    if n == 1:
-        return x
-    if x.axes[axis] is None:
-        raise ImportError_("cumsum along a broadcast axis")
-    last = x.rank - 1
-    perm = list(range(x.rank))
-    perm[axis], perm[last] = perm[last], perm[axis]
-    moved = V.permute(x, perm) if axis != last else x
-    upper = low.constant(node, f"cumsum_{node.name}", np.triu(np.ones((n, n))))
-    prod = low.k.elementwise("mul", [V.insert_axis(moved, moved.rank), upper], node.name)
-    out = low.k.reduce("sum", prod, prod.rank - 2, node.name)
-    return V.permute(out, perm) if axis != last else out
-
-
-@handles("select.int")
-def _select(low, node, x, dim, index):
-    """``x[i]``: one element of a point or size-1 axis (whole blocks only on a tiled
-    one), the axis dropped."""
-    dim %= x.rank
-    index %= x.shape[dim]
-    picked = _pick_tiled(low, node, x, dim, index) if _tiled_now(low, x, dim) else \
-        V.slice_axis(low.planner, x, dim, index, index + 1, 1, node.name)
-    return V.drop_axis(picked, dim, low.planner)
-
-
 @handles("split_with_sizes.default", "split.Tensor")
 def _split(low, node, x, sizes, dim=0):
     dim %= x.rank
@@ -496,96 +440,11 @@ def _concat(low, pieces, axis: int, what: str) -> Value:
     return low.k.concat(pieces, axis, out, what)
 
 
-@handles("index.Tensor")
-def _index(low, node, x, indices):
-    """``x[i0, i1, ...]`` with constant index tensors, each counting up by one along
-    at most one axis of their broadcast shape (and constant along the others):
-    slices of ``x`` arranged into that shape, a view. Covers a multi-query
-    attention picking its key and value head out of a fused projection
-    (``qkv[..., [-2], :]``) and the padding masks Hugging Face builds with
-    ``mask[batch_idx, kv_idx]`` over ``arange`` indices. Other advanced indexing
-    (indices that depend on the inputs, a diagonal ``x[i, i]``, a permutation) is
-    left out."""
-    used = [(axis, a) for axis, a in enumerate(node.args[1]) if a is not None]
-    if not used or any(getattr(a, "name", None) in low.dynamic for _, a in used):
-        raise ImportError_("indexing with tensors: only constant indices are supported")
-    arrays = []
-    for axis, a in used:
-        t = low.recorded.get(a.name)
-        if t is None or t.dtype.is_floating_point or t.numel() == 0:
-            raise ImportError_("indexing with tensors: only constant integer indices "
-                               "are supported")
-        arrays.append(t.detach().cpu().numpy().astype(np.int64) % x.shape[axis])
-    shape = np.broadcast_shapes(*(t.shape for t in arrays))
-    plans = [_index_plan(np.broadcast_to(t, shape)) for t in arrays]
-    along = [p for p, _ in plans if p is not None]
-    if len(along) != len(set(along)):
-        raise ImportError_("indexing with tensors: two indices count along one axis "
-                           "(a diagonal)")
-    # Each indexed axis becomes its slice (one element where its index is constant).
-    for (axis, _), (p, start) in zip(used, plans):
-        n = 1 if p is None else shape[p]
-        x = V.slice_axis(low.planner, x, axis, start, start + n, 1, node.name)
-    # PyTorch puts the index shape where the indexed axes were when they are
-    # adjacent, else first; the other axes keep their order around it.
-    axes = [axis for axis, _ in used]
-    at = axes[0] if axes == list(range(axes[0], axes[0] + len(axes))) else 0
-    rest = [d for d in range(x.rank) if d not in axes]
-    pre, post = [d for d in rest if d < at] if at else [], [d for d in rest if d >= at]
-    by_p = {p: axis for (axis, _), (p, _) in zip(used, plans) if p is not None}
-    # Constant indices: their axes (now one element) are dropped, last first.
-    for axis in sorted((axis for (axis, _), (p, _) in zip(used, plans) if p is None),
-                       reverse=True):
-        x = V.drop_axis(x, axis, low.planner)
-        pre = [d - (d > axis) for d in pre]
-        post = [d - (d > axis) for d in post]
-        by_p = {p: a - (a > axis) for p, a in by_p.items()}
-    order = pre + [by_p[p] for p in sorted(by_p)] + post
-    x = V.permute(x, order) if order != list(range(x.rank)) else x
-    for p in range(len(shape)):              # index axes no index counts along
-        if p not in by_p:
-            x = V.insert_axis(x, len(pre) + p)
-    full = tuple(x.shape[:len(pre)]) + tuple(shape) + tuple(x.shape[len(pre) + len(shape):])
-    return V.expand(x, list(full), low.planner) if tuple(x.shape) != full else x
-
-
-def _index_plan(t: np.ndarray) -> tuple:
-    """(the axis ``t`` counts up by one along, or None where it is constant; its
-    first value), or an import error."""
-    first = int(t.flat[0])
-    if (t == first).all():
-        return None, first
-    varying = [p for p in range(t.ndim) if t.shape[p] > 1 and (np.diff(t, axis=p) != 0).any()]
-    if len(varying) == 1:
-        p = varying[0]
-        step = np.arange(t.shape[p]).reshape([-1 if q == p else 1 for q in range(t.ndim)])
-        if (t == first + step).all():
-            return p, first
-    raise ImportError_(f"indexing with tensors: indices {t.reshape(-1)[:8].tolist()} do "
-                       f"not count up by one along one axis")
-
-
-def index_nodes(graph, dynamic) -> set:
-    """The constant index tensors of ``aten.index`` (read structurally, no weight)."""
-    out = set()
-    for node in graph.nodes:
-        if _is(node, "aten.index.Tensor") and node.name in dynamic:
-            for a in node.args[1]:
-                if a is not None and a.name not in dynamic and \
-                        all(_is(u, "aten.index.Tensor") for u in a.users):
-                    out.add(a.name)
-    return out
-
-
 HANDLERS["<built-in function getitem>"] = _getitem
 HANDLERS["_operator.getitem"] = _getitem
 
 
 # --- structural patterns ---------------------------------------------------------------------
-
-def _is(node, name: str) -> bool:
-    return getattr(node, "op", None) == "call_function" and str(node.target) == name
-
 
 def _slice_of(node):
     """(source, dim, start, end) of an ``aten.slice`` node."""
@@ -636,60 +495,3 @@ def absorbed_nodes(graph, dynamic) -> set:
 def _no_op(low, node, *args, **kwargs):
     """Checks torch.export records; nothing to compute."""
     return None
-
-
-def _one_hot(low, ids: Value, table_axis) -> Value:
-    """``ids[..., t] == v`` as 0/1 for every ``v`` of ``table_axis``: ``ids``'s shape
-    plus that axis (tiled), its leading axes iterated one index at a time."""
-    k = low.k
-    low.planner.mark_tiled(table_axis)
-    for c in ids.axes[:-1]:         # [B, T] ids: the rows of the one-hot block are T's
-        if c is not None:
-            low.planner.mark_point(c)
-
-    def one_hot(index):
-        row = k.block(ids, index[:-1])
-        col = E.pos(low.planner.dim(table_axis).name, index[-1])
-        return E.call("eq", E.call("outer", row, E.call("ones", col)),
-                      E.call("outer", E.call("ones", row), col))
-    return k.emit("one_hot", ids.shape + (low.planner.size(table_axis),),
-                  ids.axes + (table_axis,), one_hot)
-
-
-@handles("embedding.default")
-def _embedding(low, node, weight, ids, padding_idx=-1, *rest):
-    """Rows of ``weight`` picked by ``ids``: a one-hot block times the table, summed
-    over the vocabulary's blocks. Exact (one product of 1 with the row, the rest 0)
-    and priced honestly by the cost model (T·V·E multiply-adds), with no operator a
-    backend lacks; ids are carried as floats (exact below 2^24)."""
-    if weight.rank != 2 or weight.axes[0] is None:
-        raise ImportError_("embedding: the table must be a 2-D weight")
-    if ids.loader is None:
-        raise ImportError_("embedding: constant ids")
-    return low.k.matmul(_one_hot(low, ids, weight.axes[0]), weight, node.name)
-
-
-@handles("gather.default")
-def _gather(low, node, x, dim, index, sparse_grad=False):
-    """``out[..., t] = x[..., index[..., t]]`` along ``dim``: the one-hot of the
-    index times ``x`` as a column (the embedding lookup's product, one per row of
-    the leading axes), e.g. RoBERTa's token-type buffer picked by position ids."""
-    if not isinstance(index, Value) or index.loader is None:
-        raise ImportError_("gather with constant indices")
-    if x.rank != index.rank or x.rank < 1:
-        raise ImportError_(f"gather of a {x.rank}-D tensor by a {index.rank}-D index")
-    axis = dim % x.rank
-    last = x.rank - 1
-    perm = list(range(x.rank))
-    perm[axis], perm[last] = perm[last], perm[axis]
-    if axis != last:
-        x, index = V.permute(x, perm), V.permute(index, perm)
-    if tuple(x.shape[:-1]) != tuple(index.shape[:-1]):
-        raise ImportError_(f"gather: index of shape {list(index.shape)} from a tensor of "
-                           f"shape {list(x.shape)} (only the gathered axis may differ)")
-    if x.axes[-1] is None:
-        raise ImportError_("gather along a broadcast axis")
-    hot = _one_hot(low, index, x.axes[-1])
-    out = low.k.matmul(hot, V.insert_axis(x, x.rank), node.name)
-    out = V.drop_axis(out, out.rank - 1, low.planner)
-    return V.permute(out, perm) if axis != last else out

@@ -33,6 +33,11 @@ class Empty:
 TAKES_EMPTY = {"aten.cat.default"}
 
 
+def is_call(node, name: str) -> bool:
+    """Is the FX ``node`` a call of the ATen operator ``name`` (``aten.cat.default``)?"""
+    return getattr(node, "op", None) == "call_function" and str(node.target) == name
+
+
 def operand(x) -> Value:
     if isinstance(x, Value):
         return x
