@@ -59,17 +59,15 @@ def _pick_tiled(low, node, x: Value, axis: int, at: int) -> Value:
     return k.reduce("sum", masked, axis, node.name, keepdim=True)
 
 
-
 @handles("select.int")
 def _select(low, node, x, dim, index):
-    """``x[i]``: one element of a point or size-1 axis (whole blocks only on a tiled
-    one), the axis dropped."""
+    """``x[i]``: one element of an axis (a view of a point or size-1 axis; of a
+    tiled one, a kernel that picks it), the axis dropped."""
     dim %= x.rank
     index %= x.shape[dim]
     picked = _pick_tiled(low, node, x, dim, index) if _tiled_now(low, x, dim) else \
         V.slice_axis(low.planner, x, dim, index, index + 1, 1, node.name)
     return V.drop_axis(picked, dim, low.planner)
-
 
 
 @handles("index.Tensor")
@@ -153,7 +151,6 @@ def index_nodes(graph, dynamic) -> set:
     return out
 
 
-
 def _one_hot(low, ids: Value, table_axis) -> Value:
     """``ids[..., t] == v`` as 0/1 for every ``v`` of ``table_axis``: ``ids``'s shape
     plus that axis (tiled), its leading axes iterated one index at a time."""
@@ -191,7 +188,7 @@ def _gather(low, node, x, dim, index, sparse_grad=False):
     index times ``x`` as a column (the embedding lookup's product, one per row of
     the leading axes), e.g. RoBERTa's token-type buffer picked by position ids."""
     if not isinstance(index, Value) or index.loader is None:
-        raise ImportError_("gather with constant indices")
+        raise ImportError_("gather by a scalar index")
     if x.rank != index.rank or x.rank < 1:
         raise ImportError_(f"gather of a {x.rank}-D tensor by a {index.rank}-D index")
     axis = dim % x.rank
