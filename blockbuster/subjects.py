@@ -16,7 +16,9 @@ oracle (inputs -> expected outputs).
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -145,13 +147,38 @@ def _from_factory(target: str, sizes: dict, blocks: dict) -> Subject:
             raise UsageError(f"{target}: --size does not apply to a PyTorch model (its "
                              f"example inputs fix the sizes)")
         model, example = made
-        if isinstance(example, dict):
-            raise UsageError(f"{target}: the example inputs are a dict: give them as a "
-                             f"tuple, in the order of the model's arguments")
+        if isinstance(example, Mapping):     # keyword arguments: a tokenizer's output
+            model, example = _keyword_call(target, model, example)
         return torch_subject(target, model, tuple(example) if isinstance(
             example, (list, tuple)) else (example,), blocks)
     raise UsageError(f"{target}: the factory must return a Program or "
                      f"(torch module or function, example inputs), got {type(made).__name__}")
+
+
+def _keyword_call(target: str, model, example: Mapping) -> tuple:
+    """``model(**example)`` as a module of positional arguments named after the keys
+    (the program's inputs are ``input_ids``, ``attention_mask``, ...)."""
+    import torch
+    names = list(example)
+    bad = [n for n in names if not (isinstance(n, str) and n.isidentifier())]
+    if bad:
+        raise UsageError(f"{target}: example input names must be Python identifiers, "
+                         f"got {bad[0]!r}")
+
+    class KeywordCall(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model            # a module's parameters and dtype go with it
+
+        def forward(self, *args):
+            return self.model(**dict(zip(names, args)))
+    KeywordCall.__name__ = type(model).__name__ if isinstance(model, torch.nn.Module) \
+        else getattr(model, "__name__", "model")
+    # torch.export names the graph's inputs after forward's parameters
+    KeywordCall.forward.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+         for n in ["self"] + names])
+    return KeywordCall().eval(), tuple(example.values())
 
 
 def _call_factory(path: str, attr: str):
@@ -232,9 +259,8 @@ def _eager(model, args, dtype) -> list:
         model = copy.deepcopy(model).to(dtype).eval()
     with torch.no_grad():
         out = model(*args)
-    if isinstance(out, torch.Tensor):
-        return [out]
-    return [o for o in out if isinstance(o, torch.Tensor)]
+    # flattened as torch.export flattens outputs (a Hugging Face ModelOutput too)
+    return [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
 
 
 # --- --inputs FILE.npz ------------------------------------------------------------------------

@@ -206,7 +206,8 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
                                                               capsys):
     """``run model.py:factory``: a non-tensor example argument (specialised by the
     export) is passed to the eager oracle as given, not dropped (the oracle used
-    the default and validation failed); a one-row model validates too."""
+    the default and validation failed); a one-row model validates too; example
+    inputs given by name (a dict) call the model with keywords."""
     import json
     import textwrap
 
@@ -234,7 +235,10 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
             return running, (torch.randn(4, 8),)
 
         def by_name():
-            return running, {"x": torch.randn(4, 8)}
+            return Scaled(), {"y": torch.randn(7, 37), "x": torch.randn(7, 37) * 1e3}
+
+        def bad_name():
+            return Scaled(), {"x y": torch.randn(7, 37)}
     """))
     for factory in ("scaled", "one_row"):
         status = cli.main(["run", f"{tmp_path / 'mine.py'}:{factory}", "--backend",
@@ -247,9 +251,18 @@ def test_cli_factory_with_a_python_number_argument_and_one_row(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert status == 2
     assert "mine.py:17: unsupported operator aten.cumprod" in err, err
-    status = cli.main(["run", f"{tmp_path / 'mine.py'}:by_name"])
+    # inputs by name, as a tokenizer returns them: the model called with keywords,
+    # the program's inputs named after them
+    status = cli.main(["run", f"{tmp_path / 'mine.py'}:by_name", "--backend", "reference",
+                       "--json"])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    report = json.loads(out.out)
+    assert report["validation"]["passed"]
+    assert "input y[" in report["fused_program"] and "input x[" in report["fused_program"]
+    status = cli.main(["run", f"{tmp_path / 'mine.py'}:bad_name"])
     err = capsys.readouterr().err
-    assert status == 2 and "example inputs are a dict" in err, err
+    assert status == 2 and "must be Python identifiers" in err, err
 
 
 def test_compiled_regions_say_once_that_they_run_without_autograd(_dynamo):
