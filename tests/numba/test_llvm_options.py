@@ -60,11 +60,20 @@ def _codegen_passes(compile_inside) -> set[str]:
     return _passes(compile_inside, "Finalize object")
 
 
+def _runs_lsr(compile_inside, tries: int = 5) -> bool:
+    """Did LLVM run loop strength reduction? Its pass-timing report now and then
+    leaves a pass out (seen in about 1 of 25 compiles of this function: the report
+    then has no line for it at all), so a pass ran if any of a few fresh compiles
+    reports it, and did not if none does."""
+    return any("Loop Strength Reduction" in _codegen_passes(compile_inside)
+               for _ in range(tries))
+
+
 def test_llvm_really_skips_the_pass_inside_and_runs_it_outside():
     import contextlib
-    assert "Loop Strength Reduction" in _codegen_passes(contextlib.nullcontext)
-    assert "Loop Strength Reduction" not in _codegen_passes(llvm_options.kernel_codegen)
-    assert "Loop Strength Reduction" in _codegen_passes(contextlib.nullcontext)
+    assert _runs_lsr(contextlib.nullcontext)
+    assert not _runs_lsr(llvm_options.kernel_codegen)
+    assert _runs_lsr(contextlib.nullcontext)
 
 
 def test_kernels_get_the_o2_pipeline_and_everything_else_numbas_o3():
