@@ -158,6 +158,19 @@ def _padded(batch: int, length: int, vocab: int):
     return ids, mask
 
 
+def _check_padded_unfused_and_fused(model) -> None:
+    """``model(ids, mask)`` on a padded batch, imported once and run unfused and
+    fused (reference backend) against the model in float64."""
+    ids, mask = _padded(2, 13, 50)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids, mask).numpy()
+    low = lower_module(model, ids, mask)
+    for program in (low.program, bb.fuse(low.program).program):
+        got = bb.compile(program, backend="reference")(ids=ids.numpy(), mask=mask.numpy(),
+                                                       **low.weights)
+        assert max_rel_error(got[program.outputs[0]].reshape(want.shape), want) < 2e-5
+
+
 def test_llama_model_with_a_tokenizers_padding_mask():
     """``attention_mask`` as a tokenizer returns it: Hugging Face builds the 4-D mask
     by indexing the padding mask with ``arange`` tensors; left-padded queries attend
@@ -170,14 +183,7 @@ def test_llama_model_with_a_tokenizers_padding_mask():
                       max_position_embeddings=64)
     cfg._attn_implementation = "sdpa"
     model = WithMask(LlamaModel(cfg)).eval()
-    ids, mask = _padded(2, 13, 50)
-    with torch.no_grad():
-        want = copy.deepcopy(model).double()(ids, mask).numpy()
-    low = lower_module(model, ids, mask)
-    for program in (low.program, bb.fuse(low.program).program):
-        got = bb.compile(program, backend="reference")(ids=ids.numpy(), mask=mask.numpy(),
-                                                       **low.weights)
-        assert max_rel_error(got[program.outputs[0]].reshape(want.shape), want) < 2e-5
+    _check_padded_unfused_and_fused(model)
 
 
 def test_bert_model_with_a_tokenizers_padding_mask():
@@ -210,11 +216,4 @@ def test_bert_sequence_classification_pools_the_first_token():
         def forward(self, ids, mask):
             return self.model(input_ids=ids, attention_mask=mask).logits
     model = Logits().eval()
-    ids, mask = _padded(2, 13, 50)
-    with torch.no_grad():
-        want = copy.deepcopy(model).double()(ids, mask).numpy()
-    low = lower_module(model, ids, mask)
-    for program in (low.program, bb.fuse(low.program).program):
-        got = bb.compile(program, backend="reference")(ids=ids.numpy(), mask=mask.numpy(),
-                                                       **low.weights)
-        assert max_rel_error(got[program.outputs[0]].reshape(want.shape), want) < 2e-5
+    _check_padded_unfused_and_fused(model)
