@@ -60,20 +60,21 @@ def _codegen_passes(compile_inside) -> set[str]:
     return _passes(compile_inside, "Finalize object")
 
 
-def _runs_lsr(compile_inside, tries: int = 5) -> bool:
-    """Did LLVM run loop strength reduction? Its pass-timing report now and then
-    leaves a pass out (seen in about 1 of 25 compiles of this function: the report
-    then has no line for it at all), so a pass ran if any of a few fresh compiles
-    reports it, and did not if none does."""
-    return any("Loop Strength Reduction" in _codegen_passes(compile_inside)
-               for _ in range(tries))
+def _lsr_reports(compile_inside, compiles: int = 5) -> int:
+    """In how many of a few fresh compiles LLVM's pass-timing report lists loop
+    strength reduction. The report is not exact for one function: about 1 in 25
+    leaves the pass out, and, among the suite's other tests, one now and then lists
+    it for a compile that skipped it (seen once in a clean-clone run), so the tests
+    below go by the majority."""
+    return sum("Loop Strength Reduction" in _codegen_passes(compile_inside)
+               for _ in range(compiles))
 
 
 def test_llvm_really_skips_the_pass_inside_and_runs_it_outside():
     import contextlib
-    assert _runs_lsr(contextlib.nullcontext)
-    assert not _runs_lsr(llvm_options.kernel_codegen)
-    assert _runs_lsr(contextlib.nullcontext)
+    assert _lsr_reports(contextlib.nullcontext) >= 3
+    assert _lsr_reports(llvm_options.kernel_codegen) <= 2
+    assert _lsr_reports(contextlib.nullcontext) >= 3
 
 
 def test_kernels_get_the_o2_pipeline_and_everything_else_numbas_o3():
