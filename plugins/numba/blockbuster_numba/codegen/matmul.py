@@ -40,7 +40,7 @@ def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame, overwrite: bool = 
     """``dest += a·b`` (``dest``: a C-contiguous array of the product's shape), or
     with ``overwrite`` ``dest = a·b`` (``dest`` may be uninitialised), by the
     register-tiled micro-kernel (:mod:`..microkernel`)."""
-    packed = packed_operand(g, b)
+    packed = packed_operand(g, b, frame)
     if packed is not None:
         call = "gemm_packed_set_" if overwrite else "gemm_packed_"
         frame.lines.append(f"{call}({matrix(g, a)}, {packed}, {dest})")
@@ -49,13 +49,14 @@ def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame, overwrite: bool = 
     frame.lines.append(f"{call}({matrix(g, a)}, {matrix(g, b)}, {dest})")
 
 
-def packed_operand(g, b: Block) -> str | None:
+def packed_operand(g, b: Block, frame: Frame) -> str | None:
     """``PK, kfull, nfull, r0, c0`` (code) when ``b`` can be read from a packed copy
     of a whole program input, else None. It can when ``b`` is a view of a 2-D input
-    (or its transpose), the same block in several instances of the kernel (its block
-    indices do not depend on one of the kernel's loops: packing the input once saves
-    the other instances' packing) and its first column is at a column strip of the
-    packed layout."""
+    (or its transpose), the same block in several products (its block indices do not
+    depend on one of the loops around this one: a parallel loop's other instances, or
+    a ``map`` or ``sum`` inside the kernel that multiplies every block of its own by
+    it; packing the input once saves the other products' packing) and its first
+    column is at a column strip of the packed layout."""
     transposed, v = False, b
     while v.lazy:
         if v.node.op == "transpose" and not v.args[0].lazy:
@@ -73,8 +74,12 @@ def packed_operand(g, b: Block) -> str | None:
     if array not in m.program.inputs or len(dims) != 2 or any(d.point for d in dims):
         return None
     used = set().union(*(free_vars(ix) for ix in load.attr.index))
-    # Instances of the kernel that read the same block: one packing instead of this many.
-    sharing = math.prod(g.dims[d].nblocks for var, d in g.kernel.loops if var not in used)
+    # Products that read the same block: one packing instead of this many.
+    trips = {var: g.dims[d].nblocks for var, d in g.kernel.loops}
+    for f in frame.chain():
+        for var, binding in f.binds.items():
+            trips.setdefault(var, binding.dim.nblocks)
+    sharing = math.prod(n for var, n in trips.items() if var not in used)
     if sharing < 2:
         return None
     rows, cols = v.axes[::-1] if transposed else v.axes

@@ -33,3 +33,15 @@ def target_frame(node: Expr, frame: Frame) -> Frame:
             binders.append(Binder(var))
             owners.append(f)
     return owners[place(node.free_vars, binders)]
+
+
+def computed_here(node: Expr, frame: Frame) -> bool:
+    """Whether ``node`` is computed at this point of ``frame``'s code: in ``frame``
+    itself, or in an enclosing frame whose lines it shares (only loops of a single
+    trip, which emit no loop, lie between them)."""
+    target, f = target_frame(node, frame), frame
+    while f is not target:
+        if f.parent is None or f.lines is not f.parent.lines:
+            return False
+        f = f.parent
+    return True

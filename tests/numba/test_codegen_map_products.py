@@ -1,0 +1,79 @@
+"""Block matmuls inside a ``map`` (one product per held row block, a fused layer's
+shape when it loops over output columns in parallel): each product goes straight
+into its element of the accumulator (``gemm_`` into ``acc[i, :rows, :cols]``, no
+product block copied in after), and a right operand that every element multiplies
+by is an input packed once, not once per element. Checked against NumPy in float64
+at sizes that are not multiples of the blocks and at large magnitudes."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import blockbuster as bb
+from blockbuster_numba import backend
+
+# y[:, n] holds every row block of the column block n: sum over k of a map over the
+# row blocks of x[ma, k] · W[k, n] (W's block is the same for every ma).
+HELD_ROWS = """\
+program held_rows
+dim M = {m} block 64
+dim K = {k} block 64
+dim N = {n} block 64
+input x[M, K]
+input W[K, N]
+output y[M, N]
+kernel y for n in N:
+  y[:, n] = map(m in M: get(sum(k in K: map(ma in M: dot(x[ma, k], W[k, n]))), m))
+"""
+
+
+def _compiled(m, k, n):
+    program = bb.parse_program(HELD_ROWS.format(m=m, k=k, n=n))
+    return bb.compile(program, backend=backend, tune="off")
+
+
+def _kernel_lines(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines()
+            if line.startswith("    ") and not line.lstrip().startswith("#")]
+
+
+@pytest.mark.parametrize("m,k,n", [(150, 100, 130), (64, 64, 64), (1, 130, 7)])
+def test_products_of_a_map_are_added_into_the_accumulator_in_place(m, k, n):
+    compiled = _compiled(m, k, n)
+    lines = _kernel_lines(compiled.run.source)
+    products = [line for line in lines if line.startswith("gemm")]
+    # into an element of the accumulator (or of the map's own array when the sum
+    # has one block): index ``ma``, or 0 for a map of one block
+    assert products and all(re.search(r", (acc|map_ma)\w*\[(ma|0)\b[^\]]*\]\)$", p)
+                            for p in products), products
+    # no product block copied or added in element by element
+    assert not any(re.match(r"(acc|map_ma)\w*\[.*\] \+?= dot", line) for line in lines)
+    rng = np.random.default_rng(m + k + n)
+    x = (rng.standard_normal((m, k)) * 1e3).astype(np.float32)
+    w = (rng.standard_normal((k, n)) * 1e3).astype(np.float32)
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    got = compiled(x=x, W=w)["y"]
+    scale = np.abs(x).max() * np.abs(w).max() * k
+    assert np.abs(got - want).max() <= 2e-6 * scale
+
+
+def test_a_block_every_element_of_a_map_multiplies_by_is_packed_once():
+    # W's block depends on k and n, which the kernel and the sum loop over; the map
+    # over ma multiplies three row blocks by it: packed once per call, not per element.
+    compiled = _compiled(150, 100, 130)
+    source = compiled.run.source
+    assert "packed_input_(W, False" in source
+    assert any(line.startswith("gemm_packed_(x_blk, W_packed,")
+               for line in _kernel_lines(source))
+    # one row block: no element shares the block, so nothing is packed ahead
+    single = _compiled(60, 100, 130).run.source
+    assert "packed_input_(" not in single
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((150, 100)).astype(np.float32)
+    w = rng.standard_normal((100, 130)).astype(np.float32)
+    got = compiled(x=x, W=w)["y"]
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
