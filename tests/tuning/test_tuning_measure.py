@@ -291,3 +291,23 @@ def test_weight_preparation_is_bound_once_not_timed():
     plain = bb.compile(bb.workload("attention", N=20), backend="reference", tune="off")
     x = random_inputs(plain.program, seed=0)
     assert per_call(plain, x) == (plain, x)
+
+
+@pytest.mark.parametrize("worse,kept", [(0.0, False), (0.04, False), (0.06, True)])
+def test_model_mode_takes_a_favourite_fused_slightly_worse_by_the_objective(monkeypatch, worse,
+                                                                             kept):
+    # Unmeasured, a finalist competes only if fusion's objective rates it at most
+    # OBJECTIVE_SLACK (5 %) worse than the defaults; beyond that they stay.
+    from blockbuster.tuning import tuner
+    tunable, backend = _setup()
+    favourite = tune(tunable, backend, "model", use_cache=False).blocks
+    assert favourite != tunable.initial               # the model prefers other blocks
+
+    class Rated:
+        def __init__(self, program):
+            default = blocks_of(program, tunable.sizes) == tunable.initial
+            self.objective = 1.0 if default else 1.0 + worse
+    monkeypatch.setattr(tuner, "cost", lambda program, hardware: Rated(program))
+    tuned = tune(tunable, backend, "model", use_cache=False)
+    assert tuned.blocks == (tunable.initial if kept else favourite)
+    assert backend.compiled == []                    # nothing compiled or timed
