@@ -33,7 +33,7 @@ ELEMENTWISE_CODE = {
     "abs": "abs({0})",
     "silu": "silu_({0})",
     "sigmoid": "sigmoid_({0})",
-    "tanh": "math.tanh({0})",
+    "tanh": "tanh_({0})",
     "ones": "ONE",
     "relu": "maximum_({0}, ZERO)",
     "erf": "math.erf({0})",
