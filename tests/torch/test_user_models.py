@@ -77,6 +77,15 @@ def test_a_scalar_result_is_a_clear_error():
         bb.from_torch(lambda a, b: a @ b, torch.randn(37), torch.randn(37))
 
 
+def test_inputs_grouped_in_one_tuple_get_a_hint():
+    from blockbuster.frontend.pytorch import ImportError_
+    model = nn.Linear(37, 5)
+    with pytest.raises(ImportError_, match=r"example input 0 is a tuple: give each input as "
+                                           r"its own argument"):
+        bb.from_torch(model, (torch.randn(3, 37),))
+    assert bb.from_torch(model, torch.randn(3, 37)).inputs      # as its own argument: fine
+
+
 @pytest.fixture
 def _dynamo(tmp_path, monkeypatch):
     monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path))

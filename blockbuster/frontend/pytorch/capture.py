@@ -72,9 +72,21 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
         raise
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ImportError_(f"torch.export could not capture the model: {first}") from None
+        raise ImportError_(f"torch.export could not capture the model: {first}"
+                           f"{_grouped_inputs_hint(example_inputs)}") from None
     finally:
         module.train(was_training)
+
+
+def _grouped_inputs_hint(example_inputs) -> str:
+    """A hint when an example input is itself a tuple or list (``from_torch(model,
+    (x,))``): torch.export's own message is about the tuple having no ``dtype``."""
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, (tuple, list)):
+            return (f" (example input {i} is a {type(x).__name__}: give each input as its "
+                    f"own argument, from_torch(model, x, mask), not one {type(x).__name__} "
+                    f"of them)")
+    return ""
 
 
 def _export(torch, module, inputs, strict):
