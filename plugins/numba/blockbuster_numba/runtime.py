@@ -149,19 +149,42 @@ def exp32(x):
     k = t - _ROUND
     r = xc - k * _LN2_HI                 # Cody-Waite: r = x - k ln 2, in two steps
     r = r - k * _LN2_LO
+    y = _exp_reduced(r, t)
+    y = _ZERO if x < _LO else y
+    return y if x == x else x
+
+
+@njit(fastmath={"contract"}, error_model="numpy", inline="always")
+def _exp_reduced(r, t):
+    """exp(r)·2^k, |r| <= ln(2)/2 and k in the low bits of ``t`` (exp32's reduction)."""
     p = _P0 * r + _P1
     p = p * r + _P2
     p = p * r + _P3
     p = p * r + _P4
     p = p * r + _P5
-    p = p * (r * r) + r + _ONE           # exp(r), |r| <= ln(2) / 2
+    p = p * (r * r) + r + _ONE           # exp(r)
     ki = _bits_of_f32(t) - _ROUND_BITS
     k1 = ki >> np.int32(1)               # 2^k as 2^k1 * 2^(k - k1): both stay normal
     s1 = _f32_of_bits((k1 + np.int32(127)) << np.int32(23))
     s2 = _f32_of_bits((ki - k1 + np.int32(127)) << np.int32(23))
-    y = p * s1 * s2
-    y = _ZERO if x < _LO else y
-    return y if x == x else x
+    return p * s1 * s2
+
+
+@njit(fastmath={"contract"}, error_model="numpy", inline="always")
+def exp_sum32(hi, lo):
+    """exp(hi + lo) of finite float32 ``hi`` (large) and ``lo`` (a correction of at most
+    a few units), as accurate as exp32 of the exact sum: k is chosen from the rounded
+    sum, and r = (hi - k·ln2) + lo with hi - k·ln2 exact (both are multiples of hi's
+    ulp, and close), so the sum's rounding (|hi|·2^-24) never reaches the result. One
+    exp where erfc's exponent otherwise took two."""
+    x = hi + lo
+    xc = _minnum(_maxnum(x, _LO), _HI)
+    t = xc * _LOG2E + _ROUND
+    k = t - _ROUND
+    r = (hi - k * _LN2_HI) + lo
+    r = r - k * _LN2_LO
+    y = _exp_reduced(r, t)
+    return _ZERO if x < _LO else y
 
 
 @njit(fastmath=set(FASTMATH), error_model="numpy", cache=True)
@@ -198,7 +221,9 @@ def erfc_sqrt_half32(a):
     Branch-free on exp32, so a loop calling it vectorises (~3.5x faster than libm's
     ``math.erfc``). The exponent -a²/2 is taken from a itself, split exactly as
     ah² + (2ah + al)·al (Veltkamp): rounding a/√2 or z² to float32 would cost
-    ~z²·2^-23 relative error (1e-5 at z = 6.5), which is all of gelu's tail.
+    ~z²·2^-23 relative error (1e-5 at z = 6.5), which is all of gelu's tail; the
+    exact -ah²/2 and the rest go to one exp (:func:`exp_sum32`: 3.5 -> 2.8 ns per
+    element of gelu, same accuracy, than an exp of each).
     """
     m = abs(a)
     t = _ONE / (_ONE + _HALF * (m * _SQRT_HALF))
@@ -214,7 +239,7 @@ def erfc_sqrt_half32(a):
     c = _SPLIT * m
     mh = c - (c - m)                     # m's upper 12 bits: mh·mh is exact
     ml = m - mh
-    r = t * exp32(-(_HALF * (mh * mh))) * exp32(p - _HALF * ((_TWO * mh + ml) * ml))
+    r = t * exp_sum32(-(_HALF * (mh * mh)), p - _HALF * ((_TWO * mh + ml) * ml))
     r = _ZERO if m > _ERFC_ZERO else r   # also m = inf, where the split is NaN
     return _TWO - r if a < _ZERO else r
 
