@@ -121,8 +121,8 @@ def gemm_element(g, body: Expr, inner: Frame, here: Sink):
     """A map element that is a block matmul (``dot``), set in or added to an element
     of a local map array (a map's own array, a reduction's accumulator of a ``sum``
     of ``map``s): the micro-kernel stores or adds it in place, with no product block
-    and no copy loop between (at 64-wide blocks those were a fifth of a block
-    matmul's time). Returns the element's axes, or None when ``body`` is anything
+    and no copy loop between (2-4 % of a Llama call under torch.compile at 64-row
+    blocks). Returns the element's axes, or None when ``body`` is anything
     else, needed elsewhere, or combined otherwise (max, rescaled, into a store)."""
     if body.op != "dot" or here.mode not in ("set", "add") or here.view is not None \
             or here.direct is not None or here.array is None or g.uses[body] > 1:

@@ -37,7 +37,8 @@ def matrix(g, v: Block) -> str:
 
 
 def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame, overwrite: bool = False) -> None:
-    """``dest += a·b`` (``dest``: a C-contiguous array of the product's shape), or
+    """``dest += a·b`` (``dest``: an array of the product's shape with unit column
+    stride, any row stride: a ragged corner of a padded slot does), or
     with ``overwrite`` ``dest = a·b`` (``dest`` may be uninitialised), by the
     register-tiled micro-kernel (:mod:`..microkernel`)."""
     packed = packed_operand(g, b, frame)
