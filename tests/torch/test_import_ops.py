@@ -526,3 +526,43 @@ def test_one_position_of_a_tiled_axis_then_a_linear_layer():
     want = [h64[:, 0] @ w.T + b, h64[:, -1:] @ w.T + b, np.tanh(h64[:, 5])]
     for g, wnt in zip(got, want):
         assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-5
+
+
+class PaddedProjection(torch.nn.Module):
+    """F.pad as models use it: features padded on both sides with a value, a
+    projection of the padded width, then the sequence padded at the end."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(37, 45)
+        self.down = torch.nn.Linear(53, 29)
+
+    def forward(self, x):
+        h = F.pad(torch.tanh(self.up(x)), (3, 5), value=0.5)
+        return F.pad(self.down(h), (0, 0, 0, 6)) * 2.0
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_constant_padding_matches_eager(backend):
+    torch.manual_seed(0)
+    model = PaddedProjection().eval()
+    x = torch.randn(2, 61, 37) * 1e3
+    got, _, _ = run_imported(model, x, fuse=True, backend=backend)
+    want = float64_reference(model, x).numpy()
+    assert got[0].shape == want.shape == (2, 67, 29)
+    assert max_rel_error(got[0], want) < 1e-5
+    assert np.all(got[0][:, -6:] == 0.0)               # the padding itself is exact
+
+
+def test_a_negative_pad_cuts_whole_blocks_off():
+    x = torch.randn(3, 50, 64) * 1e3
+    program = bb.from_torch(lambda t: F.pad(t, (0, -32, 2, 0)) + 1.0, x)
+    out = bb.compile(bb.fuse(program).program, backend="reference")(t=x.numpy())
+    want = F.pad(x.double(), (0, -32, 2, 0)).numpy() + 1.0
+    got = out[program.outputs[0]].reshape(want.shape)
+    assert max_rel_error(got, want) < 1e-6
+
+
+def test_padding_a_batch_axis_is_a_clear_error():
+    with pytest.raises(ImportError_, match="cat along a broadcast"):
+        bb.from_torch(lambda x: F.pad(x, (0, 0, 0, 0, 1, 0)) * 2, torch.randn(1, 30, 16))

@@ -390,6 +390,35 @@ def _cat(low, node, xs, dim=0):
     return _concat(low, pieces, dim % pieces[0].rank, node.name)
 
 
+@handles("constant_pad_nd.default")
+def _pad(low, node, x, pad, value=0.0):
+    """``F.pad(x, pad, value=v)`` (constant mode): per axis, last first as ``pad``
+    lists them, a negative amount is a slice and a positive one a constant block of
+    ``v`` concatenated on that side (the axis's blocks then divide the pieces'
+    lengths, as for any ``cat``)."""
+    pad = [int(p) for p in pad]
+    if len(pad) % 2 or len(pad) // 2 > x.rank:
+        raise ImportError_(f"pad {pad}: two amounts per axis, for at most {x.rank} axes")
+    for i in range(len(pad) // 2):
+        axis = x.rank - 1 - i
+        before, after = pad[2 * i], pad[2 * i + 1]
+        if before < 0 or after < 0:
+            n = x.shape[axis]
+            x = V.slice_axis(low.planner, x, axis, max(-before, 0), n - max(-after, 0), 1,
+                             node.name)
+        pieces = [x]
+        for amount, at in ((before, 0), (after, 1)):
+            if amount > 0:
+                shape = list(x.shape)
+                shape[axis] = amount
+                fill = np.full(shape, float(value))
+                pieces.insert(0 if at == 0 else len(pieces),
+                              low.constant(node, f"pad_{node.name}", fill))
+        if len(pieces) > 1:
+            x = _concat(low, pieces, axis, node.name)
+    return x
+
+
 def _one_block_rows(low, x: Value, what: str) -> Value:
     """``x`` whose last axis (the rotated columns) is one block: the rotate-half
     operator swaps the halves of each block, so a head cut into several blocks
