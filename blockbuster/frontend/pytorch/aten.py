@@ -20,7 +20,7 @@ from .dims import ImportError_
 from . import strided
 from . import aten_elementwise  # noqa: F401  (registers the elementwise handlers)
 from .aten_indexing import index_nodes   # (and registers the indexing handlers)
-from .aten_registry import is_call as _is
+from .aten_joins import rotate_half_source   # (and registers cat and pad)
 # HANDLERS, Empty and TAKES_EMPTY are read by the lowering through this module.
 from .aten_registry import HANDLERS, TAKES_EMPTY, Empty, handles  # noqa: F401
 
@@ -376,131 +376,11 @@ def _getitem(low, node, xs, i):
     return xs[i]
 
 
-@handles("cat.default")
-def _cat(low, node, xs, dim=0):
-    pieces = [x for x in xs if not isinstance(x, Empty)]
-    if len(pieces) == 1:
-        return pieces[0]
-    if not pieces:
-        raise ImportError_("concatenation of empty tensors only")
-    source = rotate_half_source(node)
-    if source is not None:
-        x = low.values[source.name] if source.name in low.values else low.value(source)
-        return low.k.rotate_half(_one_block_rows(low, x, node.name), node.name)
-    return _concat(low, pieces, dim % pieces[0].rank, node.name)
-
-
-@handles("constant_pad_nd.default")
-def _pad(low, node, x, pad, value=0.0):
-    """``F.pad(x, pad, value=v)`` (constant mode): per axis, last first as ``pad``
-    lists them, a negative amount is a slice and a positive one a constant block of
-    ``v`` concatenated on that side (the axis's blocks then divide the pieces'
-    lengths, as for any ``cat``)."""
-    pad = [int(p) for p in pad]
-    if len(pad) % 2 or len(pad) // 2 > x.rank:
-        raise ImportError_(f"pad {pad}: two amounts per axis, for at most {x.rank} axes")
-    for i in range(len(pad) // 2):
-        axis = x.rank - 1 - i
-        before, after = pad[2 * i], pad[2 * i + 1]
-        if before < 0 or after < 0:
-            n = x.shape[axis]
-            x = V.slice_axis(low.planner, x, axis, max(-before, 0), n - max(-after, 0), 1,
-                             node.name)
-        pieces = [x]
-        for amount, at in ((before, 0), (after, 1)):
-            if amount > 0:
-                shape = list(x.shape)
-                shape[axis] = amount
-                fill = np.full(shape, float(value))
-                pieces.insert(0 if at == 0 else len(pieces),
-                              low.constant(node, f"pad_{node.name}", fill))
-        if len(pieces) > 1:
-            x = _concat(low, pieces, axis, node.name)
-    return x
-
-
-def _one_block_rows(low, x: Value, what: str) -> Value:
-    """``x`` whose last axis (the rotated columns) is one block: the rotate-half
-    operator swaps the halves of each block, so a head cut into several blocks
-    (a partial rotary embedding over more than one block) is an import error."""
-    c = x.axes[-1] if x.rank else None
-    if c is None:
-        raise ImportError_("rotate-half of a broadcast axis")
-    if low.planner.planning:
-        low.planner.mark_tiled(c)
-        low.planner.require_block(c, x.shape[-1], what)
-    else:
-        d = low.planner.dim(c)
-        if d.point or d.nblocks != 1:
-            raise ImportError_(f"rotate-half of {d.size} columns in blocks of {d.block} "
-                               f"(the rotated columns must be one block)")
-    return x
-
-
-def _concat(low, pieces, axis: int, what: str) -> Value:
-    """``cat(pieces, axis)`` of stored axes (a head's rotary columns and the columns
-    that pass through): each piece is a block-aligned slice of the result's axis,
-    the other axes are the pieces' own (one kernel, :meth:`KernelEmitter.concat`)."""
-    first, planner = pieces[0], low.planner
-    if any(p.rank != first.rank for p in pieces) or any(
-            p.shape[:axis] + p.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]
-            for p in pieces):
-        raise ImportError_(f"cat of shapes {[list(p.shape) for p in pieces]} along axis "
-                           f"{axis}: the other axes differ")
-    for p in pieces:
-        for q, (a, b) in enumerate(zip(first.axes, p.axes)):
-            if q == axis:
-                continue
-            if (a is None) != (b is None):
-                raise ImportError_("cat: a broadcast (expanded or size-1) axis in one "
-                                   "piece only is not supported")
-            if a is not None:
-                planner.unify(a, b, what)
-    if any(p.axes[axis] is None for p in pieces):
-        raise ImportError_("cat along a broadcast (expanded or size-1) axis is not "
-                           "supported")
-    total = sum(p.shape[axis] for p in pieces)
-    out = planner.new(total, "")
-    start = 0
-    for p in pieces:
-        end = start + p.shape[axis]
-        planner.link_slice(out, p.axes[axis], what, math.gcd(start, end))
-        start = end
-    return low.k.concat(pieces, axis, out, what)
-
-
 HANDLERS["<built-in function getitem>"] = _getitem
 HANDLERS["_operator.getitem"] = _getitem
 
 
 # --- structural patterns ---------------------------------------------------------------------
-
-def _slice_of(node):
-    """(source, dim, start, end) of an ``aten.slice`` node."""
-    args = list(node.args) + [None] * 5
-    return args[0], args[1] or 0, args[2] or 0, args[3]
-
-
-def rotate_half_source(cat):
-    """``x`` if ``cat`` is ``cat([-x[..., h:], x[..., :h]], -1)``, else None."""
-    if not _is(cat, "aten.cat.default") or len(cat.args[0]) != 2:
-        return None
-    rank = len(cat.meta["val"].shape)
-    dim = (cat.args[1] if len(cat.args) > 1 else 0) % rank
-    neg, lo = cat.args[0]
-    if not (_is(neg, "aten.neg.default") and _is(neg.args[0], "aten.slice.Tensor")
-            and _is(lo, "aten.slice.Tensor")):
-        return None
-    src_hi, d_hi, start_hi, end_hi = _slice_of(neg.args[0])
-    src_lo, d_lo, start_lo, end_lo = _slice_of(lo)
-    n = src_hi.meta["val"].shape[-1]
-    if src_hi is not src_lo or dim != rank - 1 or d_hi % rank != dim or \
-            d_lo % rank != dim or n % 2:
-        return None
-    if start_hi != n // 2 or min(end_hi, n) != n or start_lo != 0 or end_lo != n // 2:
-        return None
-    return src_hi
-
 
 def absorbed_nodes(graph, dynamic) -> set:
     """Nodes that only feed a structural pattern (the slices of a rotate-half): the
