@@ -159,7 +159,9 @@ def _keyword_call(target: str, model, example: Mapping) -> tuple:
     """``model(**example)`` as a module of positional arguments named after the keys
     (the program's inputs are ``input_ids``, ``attention_mask``, ...)."""
     import torch
+    from .frontend.pytorch.capture import cache_off_kwargs
     names = list(example)
+    extra = cache_off_kwargs(model, tuple(names))     # a decoder's cache: not exported
     bad = [n for n in names if not (isinstance(n, str) and n.isidentifier())]
     if bad:
         raise UsageError(f"{target}: example input names must be Python identifiers, "
@@ -171,7 +173,7 @@ def _keyword_call(target: str, model, example: Mapping) -> tuple:
             self.model = model            # a module's parameters and dtype go with it
 
         def forward(self, *args):
-            return self.model(**dict(zip(names, args)))
+            return self.model(**dict(zip(names, args)), **extra)
     KeywordCall.__name__ = type(model).__name__ if isinstance(model, torch.nn.Module) \
         else getattr(model, "__name__", "model")
     # torch.export names the graph's inputs after forward's parameters
@@ -255,10 +257,13 @@ def _eager(model, args, dtype) -> list:
     import copy
 
     import torch
+
+    from .frontend.pytorch.capture import cache_off_kwargs
+    extra = cache_off_kwargs(model, len(args))       # called as the export called it
     if isinstance(model, torch.nn.Module):
         model = copy.deepcopy(model).to(dtype).eval()
     with torch.no_grad():
-        out = model(*args)
+        out = model(*args, **extra)
     # flattened as torch.export flattens outputs (a Hugging Face ModelOutput too)
     return [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
 

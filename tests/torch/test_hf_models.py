@@ -217,3 +217,64 @@ def test_bert_sequence_classification_pools_the_first_token():
             return self.model(input_ids=ids, attention_mask=mask).logits
     model = Logits().eval()
     _check_padded_unfused_and_fused(model)
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                      num_key_value_heads=1, num_hidden_layers=1, vocab_size=50,
+                      max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_a_decoder_passed_as_it_is_imports_without_its_key_value_cache():
+    """``bb.from_torch(model, ids)`` on a Hugging Face decoder as users have it: its
+    call returns a key/value cache object torch.export cannot return; the import
+    calls it without the cache (``use_cache=False``), whose logits are the same,
+    and leaves the model as it found it."""
+    model = _tiny_llama()
+    ids = torch.randint(0, 50, (1, 13))
+    low = lower_module(model, ids)
+    assert "forward" not in model.__dict__          # the call is restored
+    assert len(low.outputs) == 1                    # the logits; no cache
+    run = bb.compile(low.program, backend="reference")
+    out = run(**{low.inputs[0].name: ids.numpy().reshape(13)}, **low.weights)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids).logits.numpy()
+    got = out[low.outputs[0].name].reshape(want.shape)
+    assert max_rel_error(got, want) < 2e-5
+    # a call that asks for the cache itself still gets torch.export's refusal, as a
+    # one-line import error
+    with pytest.raises(bb.frontend.pytorch.ImportError_, match="could not capture"):
+        lower_module(model, ids, None, None, None, None, True)
+
+
+def test_cli_runs_a_decoder_from_a_factory_with_a_tokenizers_dict(tmp_path, monkeypatch,
+                                                                  capsys):
+    """``run model.py:factory`` with the factory returning a decoder and a
+    tokenizer's output (a dict): validated against eager PyTorch in float64."""
+    import json
+    import textwrap
+
+    from blockbuster import cli
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "decoder.py").write_text(textwrap.dedent("""
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        def factory():
+            torch.manual_seed(0)
+            model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2,
+                                               vocab_size=50, n_positions=64))
+            mask = torch.ones(2, 11, dtype=torch.long)
+            mask[1, 8:] = 0
+            return model, {"input_ids": torch.randint(0, 50, (2, 11)),
+                           "attention_mask": mask}
+    """))
+    status = cli.main(["run", f"{tmp_path / 'decoder.py'}:factory", "--backend",
+                       "reference", "--json"])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert json.loads(out.out)["validation"]["passed"]

@@ -8,6 +8,7 @@ operator the user wrote.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -54,7 +55,7 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
             # with autograd on, as a forward pass that could be trained: modules
             # with an inference fast path (``nn.TransformerEncoderLayer`` under
             # ``no_grad``: one fused ATen operator) trace their operators instead
-            with torch.enable_grad():
+            with torch.enable_grad(), _cache_off(module, len(example_inputs)):
                 ep = _export(torch, module, tuple(example_inputs), strict)
             # The input guards torch.export keeps for running the program again: a
             # graph handed over by TorchDynamo can leave its own sources in them
@@ -87,6 +88,50 @@ def _grouped_inputs_hint(example_inputs) -> str:
                     f"own argument, from_torch(model, x, mask), not one {type(x).__name__} "
                     f"of them)")
     return ""
+
+
+def cache_off_kwargs(fn, given: int | tuple = 0) -> dict:
+    """``{"use_cache": False}`` for a callable whose ``forward`` (or call) takes a
+    ``use_cache`` argument that the call does not give (``given``: the number of
+    positional arguments, or the names of keyword ones), else ``{}``.
+
+    A Hugging Face decoder called as users call it (``model(ids)``) returns its
+    key/value cache, an object torch.export cannot return; a whole sequence's
+    forward pass does not need it, and its outputs stay the same without it."""
+    try:
+        params = list(inspect.signature(getattr(fn, "forward", fn)).parameters)
+    except (TypeError, ValueError):
+        return {}
+    if "use_cache" not in params:
+        return {}
+    if isinstance(given, int):
+        if params.index("use_cache") < given:
+            return {}
+    elif "use_cache" in given:
+        return {}
+    return {"use_cache": False}
+
+
+class _cache_off:
+    """While exporting ``module``: its ``forward`` called with ``use_cache=False``
+    where the call leaves it out (see ``cache_off_kwargs``); restored after."""
+
+    def __init__(self, module, given: int):
+        self.module, self.kwargs = module, cache_off_kwargs(module, given)
+
+    def __enter__(self):
+        if self.kwargs:
+            self.saved = self.module.__dict__.get("forward")
+            self.module.forward = functools.partial(self.module.forward, **self.kwargs)
+        return self
+
+    def __exit__(self, *exc):
+        if self.kwargs:
+            if self.saved is None:
+                del self.module.forward
+            else:
+                self.module.forward = self.saved
+        return False
 
 
 def _export(torch, module, inputs, strict):
