@@ -566,3 +566,81 @@ def test_a_negative_pad_cuts_whole_blocks_off():
 def test_padding_a_batch_axis_is_a_clear_error():
     with pytest.raises(ImportError_, match="cat along a broadcast"):
         bb.from_torch(lambda x: F.pad(x, (0, 0, 0, 0, 1, 0)) * 2, torch.randn(1, 30, 16))
+
+
+class BatchNormed(torch.nn.Module):
+    """An eval-mode BatchNorm over features (``[N, C]``) and over channels of a
+    sequence (``[N, C, L]``), each followed by a linear layer."""
+
+    def __init__(self, c=12, length=25):
+        super().__init__()
+        self.flat, self.seq = torch.nn.BatchNorm1d(length), torch.nn.BatchNorm1d(c)
+        self.fc = torch.nn.Linear(length, length)
+        for bn in (self.flat, self.seq):
+            bn.running_mean.normal_().mul_(100.0)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.data.normal_()
+            bn.bias.data.normal_()
+
+    def forward(self, x, y):
+        return self.fc(self.seq(x)), self.fc(self.flat(y))
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_batch_norm_in_eval_mode_uses_its_running_statistics(backend):
+    torch.manual_seed(0)
+    model = BatchNormed().eval()
+    x, y = torch.randn(3, 12, 25) * 1e2, torch.randn(33, 25) * 1e2
+    low = lower_module(model, x, y)
+    program = bb.fuse(low.program).program if backend == "numba" else low.program
+    out = bb.compile(program, backend=backend)(x=x.numpy(), y=y.numpy(), **low.weights)
+    with torch.no_grad():
+        want = torch.nn.Module.double(__import__("copy").deepcopy(model))(x.double(),
+                                                                         y.double())
+    for b, w in zip(low.outputs, want):
+        assert max_rel_error(out[b.name].reshape(w.shape), w.numpy()) < 2e-5
+
+
+class Grouped(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.norm = torch.nn.GroupNorm(4, 32)
+        self.norm.weight.data.normal_()
+        self.norm.bias.data.normal_()
+
+    def forward(self, x):
+        if self.kind == "instance":             # over each row of each channel
+            return F.instance_norm(x)
+        return self.norm(x)                     # [N, C]: groups of 8 features
+
+
+@pytest.mark.parametrize("kind,shape", [("group", (37, 32)), ("instance", (3, 12, 25))])
+def test_group_and_instance_norm_at_large_means(kind, shape):
+    """Torch's own decompositions (``var_mean`` over the group's axes, a contiguous
+    ``as_strided``) against the float64 model, inputs around 1e3."""
+    torch.manual_seed(0)
+    model = Grouped(kind).eval()
+    x = torch.randn(*shape) * 10 + 1e3
+    got, _, _ = run_imported(model, x)
+    want = float64_reference(model, x).numpy()
+    assert max_rel_error(got[0], want) < 2e-5
+
+
+def test_var_mean_over_two_axes():
+    def f(x):
+        var, mean = torch.var_mean(x, dim=(1, 2), keepdim=True, correction=1)
+        return (x - mean) * var
+
+    x = torch.randn(4, 5, 3, 30).double() * 3 + 50
+    got, _, _ = run_imported(f, x.float())
+    want = f(x).numpy()
+    assert max_rel_error(got[0], want) < 1e-4
+
+
+def test_as_strided_other_than_a_reshape_is_a_clear_error():
+    def f(x):
+        return torch.as_strided(x, (7, 10), (1, 7)) * 2.0
+
+    with pytest.raises(ImportError_, match="only a contiguous reshape"):
+        lower_module(f, torch.randn(10, 7))

@@ -69,22 +69,31 @@ def _sum(low, node, x, dims, keepdim=False, dtype=None):
     return _reduce_axes(low, node, "sum", x, dims, keepdim)
 
 
-@handles("var.correction", "std.correction")
+@handles("var.correction", "std.correction", "var_mean.correction")
 def _var(low, node, x, dims=None, correction=None, keepdim=False):
-    """``mean((x - mean(x))²)·n/(n - correction)`` over one axis (two passes, as
-    the LayerNorm composite; ``std``: its square root)."""
-    what = "std" if "std" in str(node.target) else "var"
-    axis = _one_axis(x, dims, what)
-    n = x.shape[axis]
+    """``mean((x - mean(x))²)·n/(n - correction)`` over the axes (two passes, as the
+    LayerNorm composite; ``std``: its square root; ``var_mean``: (var, mean), as
+    batch and group norm's decompositions ask for them)."""
+    what = str(node.target).split(".")[1]
+    axes = _axes(x, dims)
+    if len(axes) == x.rank and not keepdim:
+        raise ImportError_(f"{what} over all axes to a single number: keep an axis "
+                           f"(keepdim=True or reduce fewer axes)")
+    n = math.prod(x.shape[a] for a in axes)
     correction = 1 if correction is None else correction
     if n - correction <= 0:
         raise ImportError_(f"{what} of {n} element(s) with correction {correction}")
     k = low.k
-    centred = k.elementwise("sub", [x, k.reduce("sum", x, axis, node.name, True,
-                                                 scale=1.0 / n)], node.name)
-    square = k.elementwise("square", [centred], node.name)
-    var = k.reduce("sum", square, axis, node.name, keepdim, scale=1.0 / (n - correction))
-    return k.elementwise("sqrt", [var], node.name) if what == "std" else var
+    mean = _reduce_axes(low, node, "sum", x, dims, True, scale=1.0 / n)
+    square = k.elementwise("square", [k.elementwise("sub", [x, mean], node.name)],
+                           node.name)
+    var = _reduce_axes(low, node, "sum", square, dims, keepdim, scale=1.0 / (n - correction))
+    if what == "std":
+        return k.elementwise("sqrt", [var], node.name)
+    if what == "var_mean":
+        return var, mean if keepdim else _reduce_axes(low, node, "sum", x, dims, False,
+                                                      scale=1.0 / n)
+    return var
 
 
 @handles("linalg_vector_norm.default")
@@ -244,6 +253,27 @@ def _view(low, node, x, shape):
     if lead is not None:
         shape = list(lead) + [shape[-1]]
     return R.reshape(low.planner, x, shape, node.name)
+
+
+@handles("as_strided.default")
+def _as_strided(low, node, x, size, stride, storage_offset=0):
+    """``as_strided`` with a contiguous tensor's own strides for the new size (what
+    group norm's decomposition leaves): a reshape. Any other striding reads memory
+    in an order the tensor's values do not have: an import error."""
+    size = [int(s) for s in size]
+    contiguous, step = [], 1
+    for s in reversed(size):
+        contiguous.append(step)
+        step *= max(s, 1)
+    contiguous.reverse()
+    source = node.args[0].meta.get("val")
+    plain = (source is not None and source.is_contiguous() and not storage_offset
+             and math.prod(size) == source.numel()
+             and all(st == c for s, st, c in zip(size, stride, contiguous) if s != 1))
+    if not plain:
+        raise ImportError_(f"as_strided to size {size} with strides {list(stride)}: only "
+                           f"a contiguous reshape is supported")
+    return R.reshape(low.planner, x, size, node.name)
 
 
 _LINEARS = {"aten.linear.default": 0, "aten.addmm.default": 1, "aten.mm.default": 0}

@@ -26,6 +26,26 @@ def require_torch():
     return torch
 
 
+def extra_decompositions(torch) -> dict:
+    """Operators torch.export keeps whole that the importer takes as their
+    decompositions (torch's own, into means, variances and elementwise arithmetic):
+    batch norm (its running statistics in eval mode, the batch's otherwise:
+    ``F.instance_norm``), group norm."""
+    from torch._decomp import decomposition_table
+    aten = torch.ops.aten
+    wanted = [("_native_batch_norm_legit_no_training", "default"),
+              ("_native_batch_norm_legit", "default"),
+              ("_native_batch_norm_legit", "no_stats"),
+              ("native_batch_norm", "default"),
+              ("native_group_norm", "default")]
+    table = {}
+    for packet, overload in wanted:
+        op = getattr(getattr(aten, packet, None), overload, None)
+        if op is not None and op in decomposition_table:
+            table[op] = decomposition_table[op]
+    return table
+
+
 def kept_ops(torch) -> list:
     aten = torch.ops.aten
     names = ["linear.default", "scaled_dot_product_attention.default",
@@ -68,6 +88,7 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
             table = torch.export.default_decompositions()
             for op in kept_ops(torch):
                 table.pop(op, None)
+            table.update(extra_decompositions(torch))
             return ep.run_decompositions(table)
     except ImportError_:
         raise
