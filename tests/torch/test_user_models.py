@@ -4,6 +4,7 @@ inputs. Each matches PyTorch eager in float64."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import blockbuster as bb
+from blockbuster.frontend.pytorch import lower_module
 
 from helpers_torch import float64_reference, max_rel_error, run_imported
 
@@ -516,6 +518,43 @@ def test_multihead_attention_module(causal, batch):
         want.append(np.concatenate(heads, -1) @ p["out_proj.weight"].T + p["out_proj.bias"])
     want = np.stack(want)
     assert max_rel_error(got[0].reshape(want.shape), want) < 1e-6
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_padding_mask_of_multihead_attention_and_the_encoder(causal):
+    """A padding mask ``[B, S]`` (True: padded) that ``nn.MultiheadAttention``
+    expands over its heads and views as ``[B·H, 1, S]`` (then back, or added to a
+    causal mask first): the mask's batch merged with an expanded axis is iterated
+    one index at a time (it was taken for the rows of the input's blocks: "cannot
+    arrange axes (1, 3) as (3,)"). The encoder runs sequence-first and pre-norm in
+    the causal case (fused too); ragged sizes, inputs x1e2, against float64 eager."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(40, 4, 72, dropout=0.0, batch_first=not causal,
+                                       norm_first=causal)
+    encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+
+    def encode(x, pad):
+        t = x.shape[0] if causal else x.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(t) if causal else None
+        return encoder(x, mask=mask, src_key_padding_mask=pad, is_causal=causal)
+    t, batch = 19, 2
+    x = torch.randn(t, batch, 40) if causal else torch.randn(batch, t, 40)
+    x = x * 1e2
+    pad = torch.zeros(batch, t, dtype=torch.bool)
+    pad[1, 13:] = True
+    low = lower_module(encode, x, pad)
+    for backend in ("reference", "numba") if causal else ("reference",):
+        program = bb.fuse(low.program).program if backend == "numba" else low.program
+        out = bb.compile(program, backend=backend)(
+            x=x.numpy(), pad=pad.numpy().astype(np.float32), **low.weights)
+        got = out[low.outputs[0].name].reshape(x.shape)
+        with torch.no_grad():
+            enc64 = copy.deepcopy(encoder).double()
+            mask = nn.Transformer.generate_square_subsequent_mask(
+                t, dtype=torch.float64) if causal else None
+            want = enc64(x.double(), mask=mask, src_key_padding_mask=pad,
+                         is_causal=causal).numpy()
+        assert max_rel_error(got, want) < 1e-5, backend
 
 
 def test_a_plain_functions_inputs_are_named_after_its_arguments():

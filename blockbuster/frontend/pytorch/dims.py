@@ -218,12 +218,13 @@ class DimPlanner:
                 self.require_block(out, self.size(b), what)
                 self.mark_tiled(out)
             else:
+                # (batch, heads) merged: the batch is iterated one index at a time,
+                # though a linear layer applied to ``[T, B, E]`` first took it for
+                # its rows; so is an axis merged with an expanded one (a padding
+                # mask's batch, ``[B, 1, 1, S]`` expanded over the heads and viewed
+                # as ``[B·H, 1, S]``: index m reads element m // H of it)
                 self.mark_point(out)
-                if b is not None:
-                    # (batch, heads) merged: the batch is iterated one index at a
-                    # time, though a linear layer applied to ``[T, B, E]`` first
-                    # took it for its rows
-                    self.mark_point(a)
+                self.mark_point(a)
 
     # -- between the passes ------------------------------------------------------------
     @property
