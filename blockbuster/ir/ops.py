@@ -95,6 +95,10 @@ def _check_one_block(ts, attr):
     _rank(ts[0], 2, "operand")
 
 
+def _check_vector(ts, attr):
+    _rank(ts[0], 1, "operand")
+
+
 def _check_relabel(ts, attr):
     _rank(ts[0], 1, "positions vector")
     if len(_block(ts[1], "block").axes) != 1:   # a vector (one row) relabels its axis
@@ -159,6 +163,10 @@ def _rows(args):
 
 def _cols(args):
     return tuple(args[0][1:2])
+
+
+def _scalar_axes(args):
+    return ()
 
 
 def _first(args):
@@ -250,7 +258,8 @@ class OpSpec:
 
     ``kind``: ``elementwise`` (any arity; scalar operands broadcast), ``broadcast``
     (a row/column vector across a block), ``dot``, ``layout``, ``permute``,
-    ``relabel``, ``rowreduce``/``colreduce`` (in-block), ``mask``; ``leaf``,
+    ``relabel``, ``rowreduce``/``colreduce`` (in-block), ``vecreduce`` (a vector to
+    a number), ``mask``; ``leaf``,
     ``structural`` and ``pattern`` entries are typed and run by the verifier and the
     backends themselves (they know arrays, dims and scopes).
 
@@ -382,6 +391,13 @@ for _name, _axes, _fn in (("rowsum", _rows, lambda a: a.sum(axis=1)),
                           ("colsum", _cols, lambda a: a.sum(axis=0)),
                           ("colmax", _cols, lambda a: a.max(axis=0))):
     register(OpSpec(_name, 1, _name[:3] + "reduce", _axes, _check_one_block, 1, _first,
+                    reference=_fn))
+# A vector block reduced to one number: a reduction over a tensor's only tiled axis
+# (the classes of a batch of pooled vectors, a softmax over them), its other axes
+# iterated one index at a time.
+for _name, _fn in (("vecsum", lambda a: a.sum(axis=-1)),
+                   ("vecmax", lambda a: a.max(axis=-1))):
+    register(OpSpec(_name, 1, "vecreduce", _scalar_axes, _check_vector, 1, _first,
                     reference=_fn))
 register(OpSpec("keep_ge", 3, "mask", _third, _check_keep_ge, 1,   # a where p[r] >= q[c]
                 reference=_keep_ge))                                # else -inf

@@ -324,6 +324,28 @@ def test_row_and_column_reductions(run, rng):
     np.testing.assert_array_equal(out["CM"], x.max(axis=0))
 
 
+def test_vector_reductions_to_one_number(run, rng):
+    """``vecsum``/``vecmax``: each vector block of a batch iterated one index at a
+    time reduced to one number (ragged blocks, magnitudes 1e3; NaN propagates)."""
+    x = f32(rng.normal(size=(3, 11)) * 1e3)
+    x[2, 9] = np.nan
+    out = run("""
+        program v
+        dim B = 3 point
+        dim N = 11 block 4
+        input X[B, N]
+        output S[B]
+        output M[B]
+        kernel k for b in B:
+          S[b] = sum(j in N: vecsum(X[b, j]))
+          M[b] = max(j in N: vecmax(X[b, j]))
+        """, X=x)
+    want = x.astype(np.float64)
+    np.testing.assert_allclose(out["S"][:2], want[:2].sum(axis=1), rtol=1e-5, atol=1e-2)
+    np.testing.assert_array_equal(out["M"][:2], x[:2].max(axis=1))
+    assert np.isnan(out["S"][2]) and np.isnan(out["M"][2])
+
+
 def test_pos_and_keep_ge_build_a_causal_mask(run, rng):
     x = f32(rng.normal(size=(7, 9)))
     out = run("""

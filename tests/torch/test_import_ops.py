@@ -644,3 +644,55 @@ def test_as_strided_other_than_a_reshape_is_a_clear_error():
 
     with pytest.raises(ImportError_, match="only a contiguous reshape"):
         lower_module(f, torch.randn(10, 7))
+
+
+class PooledClassifier(torch.nn.Module):
+    """Token embeddings mean-pooled per sequence, then class log-probabilities: the
+    pooled ``[B, E]`` has its batch iterated one index at a time, so the softmax
+    reduces each vector block to one number."""
+
+    def __init__(self, vocab=100, e=40, classes=13):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, e)
+        self.head = torch.nn.Linear(e, classes)
+
+    def forward(self, ids):
+        pooled = self.emb(ids).mean(1) * 1e2
+        return F.log_softmax(self.head(pooled), -1), pooled.amax(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_softmax_and_max_of_a_batch_of_pooled_vectors(backend):
+    torch.manual_seed(0)
+    model = PooledClassifier().eval()
+    ids = torch.randint(0, 100, (3, 17))
+    low = lower_module(model, ids, blocks={"N40": 16, "N13": 8})
+    program = bb.fuse(low.program).program if backend == "numba" else low.program
+    out = bb.compile(program, backend=backend)(ids=ids.numpy().astype(np.float32),
+                                               **low.weights)
+    want = float64_reference_all(model, ids)
+    for b, w in zip(low.outputs, want):
+        assert max_rel_error(out[b.name].reshape(w.shape), w) < 2e-5
+
+
+def float64_reference_all(model, *inputs):
+    import copy
+    with torch.no_grad():
+        return [o.numpy() for o in copy.deepcopy(model).double()(*inputs)]
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_group_norm_over_channels_and_positions(backend):
+    """GroupNorm of ``[N, C, L]``: ``var_mean`` over (channels of a group, positions),
+    the group a point axis, the reduced positions a vector per channel."""
+    torch.manual_seed(0)
+    model = torch.nn.GroupNorm(3, 12).eval()
+    model.weight.data.normal_()
+    model.bias.data.normal_()
+    x = torch.randn(2, 12, 25) * 10 + 1e3
+    low = lower_module(model, x)
+    program = bb.fuse(low.program).program if backend == "numba" else low.program
+    out = bb.compile(program, backend=backend)(**{low.inputs[0].name: x.numpy()},
+                                               **low.weights)
+    want = float64_reference(model, x).numpy()
+    assert max_rel_error(out[low.outputs[0].name].reshape(want.shape), want) < 2e-5

@@ -63,6 +63,7 @@ BLOCK_CODE = {
     "dot": "emit_dot",
     "rowsum": "emit_inblock_reduce", "rowmax": "emit_inblock_reduce",
     "colsum": "emit_inblock_reduce", "colmax": "emit_inblock_reduce",
+    "vecsum": "emit_vector_reduce", "vecmax": "emit_vector_reduce",
     "rowscale": "ew_op", "rowshift": "ew_op", "colscale": "ew_op", "colshift": "ew_op",
     "outer": "ew_op", "keep_ge": "ew_op", "transpose": "ew_op", "relabel": "ew_op",
     "rotate_half": "ew_op",

@@ -115,6 +115,7 @@ BLOCK_CODE = {
     "dot": "emit_dot",
     "rowsum": "emit_inblock", "rowmax": "emit_inblock",
     "colsum": "emit_inblock", "colmax": "emit_inblock",
+    "vecsum": "emit_inblock", "vecmax": "emit_inblock",
     "rowscale": "emit_broadcast", "rowshift": "emit_broadcast",
     "colscale": "emit_broadcast", "colshift": "emit_broadcast", "outer": "emit_broadcast",
     "keep_ge": "emit_keep_ge", "transpose": "emit_transpose", "relabel": "emit_relabel",
@@ -148,6 +149,8 @@ INBLOCK = {
     "rowmax": (1, "-INF", MAX_ALONG.format(axis=1)),
     "colsum": (0, "0.0", row_sum("{x}", 0)),
     "colmax": (0, "-INF", MAX_ALONG.format(axis=0)),
+    "vecsum": (0, "0.0", row_sum("{x}", 0)),          # a vector to a number
+    "vecmax": (0, "-INF", MAX_ALONG.format(axis=0)),
 }
 
 #: Broadcasts of a vector across a block: the Triton expression.

@@ -63,6 +63,8 @@ def emit(g, node: Expr, frame: Frame):
         return emit_dot(g, args, frame)
     if op in INBLOCK:
         return emit_inblock_reduce(g, node, args[0], frame)
+    if op in ("vecsum", "vecmax"):
+        return emit_vector_reduce(g, node, args[0], frame)
     return Block(result_axes(op, args), node=node, args=args, frame=frame, hint=op)
 
 
@@ -165,3 +167,19 @@ def emit_inblock_reduce(g, node: Expr, a: Block, frame: Frame) -> Block:
             return [], [f"{name}[c] = {combine.format(f'{name}[c]', x)}"], []
     ew.loop_nest(g, frame.lines, a.axes, body)
     return Block(axes, name=name, frame=frame, hint=op)
+
+
+def emit_vector_reduce(g, node: Expr, a: Block, frame: Frame) -> Block:
+    """The sum or largest element of a vector block: one number, a loop over it."""
+    if a.lazy and g.uses[a.node] > 1 and not ew.cheap(a):
+        ew.materialize(g, a)            # needed elsewhere too: computed once
+    name = g.names.fresh(node.op)
+    total = node.op == "vecsum"
+    frame.lines.append(f"{name} = {'ZERO' if total else 'NEG_INF'}")
+    # the running sum may be reassociated (radd_), as a row's: the loop vectorises
+    combine = "radd_({0}, {1})" if total else "maximum_({0}, {1})"
+
+    def body(n: Nest):
+        return [], [f"{name} = {combine.format(name, ew.ew(g, a, n.idx, n))}"], []
+    ew.loop_nest(g, frame.lines, a.axes, body)
+    return Block((), name=name, frame=frame, hint=node.op)

@@ -61,11 +61,11 @@ def emit_dot(g, node, frame):
 def emit_inblock(g, node, frame):
     x = g.value(node.args[0], frame)
     axis, fill, template = INBLOCK[node.op]
-    kept = x.axes[1 - axis]
+    kept = tuple(a for i, a in enumerate(x.axes) if i != axis)
     operand = masked(g, frame, x, axis, fill)
     if operand != x.code and template.count("{x}") > 1:
         operand = assign(g, frame, operand, x.axes).code     # used more than once
-    return assign(g, frame, template.format(x=operand), (kept,))
+    return assign(g, frame, template.format(x=operand), kept)
 
 
 def emit_broadcast(g, node, frame):
