@@ -696,3 +696,15 @@ def test_group_norm_over_channels_and_positions(backend):
                                                **low.weights)
     want = float64_reference(model, x).numpy()
     assert max_rel_error(out[low.outputs[0].name].reshape(want.shape), want) < 2e-5
+
+
+def test_flatten_of_channels_and_features_then_a_linear_layer():
+    """``nn.Flatten`` of ``[B, C, F]``: the channels (tiled as rows at first) merge
+    with the features, so they are iterated one index at a time ("merging two tiled
+    axes" before)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(60, 10)).eval()
+    x = torch.randn(8, 3, 20) * 1e2
+    got, _, _ = run_imported(model, x)
+    want = float64_reference(model, x).numpy()
+    assert max_rel_error(got[0], want) < 2e-5

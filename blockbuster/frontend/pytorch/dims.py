@@ -214,9 +214,13 @@ class DimPlanner:
                 else:
                     self.mark_point(out)
             elif b is not None and self._tiled(b):
+                # (heads, head columns) merged back, or any axis merged with a
+                # tiled one (``nn.Flatten`` of [B, C, F]): block m of the merged
+                # axis is index m of the outer one, which is then a point axis
                 self.require_block(b, self.size(b), what)
                 self.require_block(out, self.size(b), what)
                 self.mark_tiled(out)
+                self.mark_point(a)
             else:
                 # (batch, heads) merged: the batch is iterated one index at a time,
                 # though a linear layer applied to ``[T, B, E]`` first took it for
