@@ -81,10 +81,10 @@ def test_falcon_layer_multi_query():
     _check(FalconWithRope(cfg), torch.randn(1, 13, 32) * 3)
 
 
-def test_gpt_neox_layer_under_torch_compile_falls_back_where_it_must(monkeypatch, tmp_path):
-    """A partial rotary embedding (a quarter of each head rotated, the rest passed
-    through) is not lowered: those parts run in PyTorch, each with a warning that
-    says why, and the output still matches eager (no crash)."""
+def test_gpt_neox_layer_under_torch_compile_compiles_whole(monkeypatch, tmp_path):
+    """A partial rotary embedding (a quarter of each head rotated: 4 of 16 columns,
+    the rest passed through) runs in the compiled region: its pieces go through
+    selection matrices (it used to be left to PyTorch with a warning)."""
     from transformers import GPTNeoXConfig
     from transformers.models.gpt_neox.modeling_gpt_neox import (GPTNeoXLayer,
                                                                 GPTNeoXRotaryEmbedding)
@@ -108,7 +108,8 @@ def test_gpt_neox_layer_under_torch_compile_falls_back_where_it_must(monkeypatch
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="blockbuster",
                              options={"backend": "reference", "tune": "off"})
-    with pytest.warns(FallbackWarning, match="left to PyTorch"), torch.no_grad():
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", FallbackWarning)
         got = compiled(x)
     with torch.no_grad():
         assert max_rel_error(got.numpy(), model(x).numpy()) < 1e-5
@@ -278,3 +279,39 @@ def test_cli_runs_a_decoder_from_a_factory_with_a_tokenizers_dict(tmp_path, monk
     out = capsys.readouterr()
     assert status == 0, out.err
     assert json.loads(out.out)["validation"]["passed"]
+
+
+def test_gpt_neox_partial_rotary_narrower_than_a_block():
+    """GPT-NeoX rotates a quarter of each head: 4 of 16 columns at this size, fewer
+    than a block may hold; the rotated and passed parts are taken through selection
+    matrices (before: "slicing at 4 an axis tiled in blocks of 16")."""
+    from transformers import GPTNeoXConfig, GPTNeoXModel
+    cfg = GPTNeoXConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                        num_hidden_layers=1, vocab_size=50, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    _check(LastHidden(GPTNeoXModel(cfg)), torch.randint(0, 50, (2, 13)))
+
+
+def test_decoder_sequence_classification_picks_each_last_real_token():
+    """``LlamaForSequenceClassification`` finds each sequence's last token that is
+    not padding with ``argmax`` over positions and picks its logits with
+    ``logits[arange(B), last]``: an index computed from the input ids (a one-hot of
+    it, summed over the sequence)."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                      num_key_value_heads=1, num_hidden_layers=1, vocab_size=50,
+                      max_position_embeddings=64, pad_token_id=0, num_labels=3)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForSequenceClassification(cfg).eval()
+    ids = torch.randint(1, 50, (2, 13))
+    ids[1, 9:] = 0                                   # padded at the end
+    low = lower_module(model, ids)
+    out = bb.compile(low.program, backend="reference")(
+        **{low.inputs[0].name: ids.numpy()}, **low.weights)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids).logits.numpy()
+    got = out[low.outputs[0].name]
+    assert got.shape == want.shape == (2, 3)
+    assert max_rel_error(got, want) < 2e-5

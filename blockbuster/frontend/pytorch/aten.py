@@ -19,7 +19,8 @@ from ..tensors.values import Value, scalar
 from .dims import ImportError_
 from . import strided
 from . import aten_elementwise  # noqa: F401  (registers the elementwise handlers)
-from .aten_indexing import index_nodes   # (and registers the indexing handlers)
+from .aten_indexing import (index_nodes, narrow_cut,   # (and registers the indexing handlers)
+                            unaligned_slice)
 from .aten_joins import rotate_half_source   # (and registers cat and pad)
 # HANDLERS, Empty and TAKES_EMPTY are read by the lowering through this module.
 from .aten_registry import HANDLERS, TAKES_EMPTY, Empty, handles  # noqa: F401
@@ -137,6 +138,27 @@ def _max_dim(low, node, x, dim, keepdim=False):
 
 
 _GETITEM = ("<built-in function getitem>", "_operator.getitem")
+
+
+@handles("argmax.default", "argmin.default")
+def _argmax(low, node, x, dim=None, keepdim=False):
+    """The position of the largest (smallest) element along an axis, its first one
+    if several tie, a NaN's if there is one (as PyTorch): the smallest position
+    where the element equals the axis's maximum, as a float (exact below 2^24)."""
+    what = str(node.target).split(".")[1]
+    if dim is None:
+        raise ImportError_(f"{what} of the flattened tensor: give dim")
+    axis = dim % x.rank
+    n = x.shape[axis]
+    k = low.k
+    v = x if what == "argmax" else _negated(low, node, x)
+    top = _reduce_axes(low, node, "max", v, [axis], True)
+    hit = k.elementwise("max", [k.elementwise("eq", [v, top], node.name),
+                                k.elementwise("ne", [v, v], node.name)], node.name)
+    positions = np.arange(n, dtype=np.float64).reshape([n] + [1] * (x.rank - 1 - axis))
+    at = low.constant(node, f"positions_{node.name}", positions)
+    candidates = k.elementwise("where", [hit, at, scalar(float(n))], node.name)
+    return _extreme(low, node, False, candidates, [axis], keepdim)
 
 
 @handles("any.dim", "any.dims", "any.default", "all.dim", "all.dims", "all.default")
@@ -396,7 +418,11 @@ def _split(low, node, x, sizes, dim=0):
         sizes = [sizes] * math.ceil(x.shape[dim] / sizes)
     out, start = [], 0
     for s in sizes:
-        out.append(V.slice_axis(low.planner, x, dim, start, start + s, 1, node.name))
+        stop = min(start + s, x.shape[dim])
+        if narrow_cut(low, node, x, dim, start, stop):
+            out.append(unaligned_slice(low, node, x, dim, start, stop))   # not whole blocks
+        else:
+            out.append(V.slice_axis(low.planner, x, dim, start, start + s, 1, node.name))
         start += s
     return tuple(out)
 

@@ -4,6 +4,8 @@ axis too), indexing with tensors, and lookups by index values (``embedding``,
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ir import expr as E
@@ -11,7 +13,7 @@ from ..tensors import values as V
 from ..tensors.values import Value
 from . import strided
 from .aten_registry import handles, is_call as _is
-from .dims import ImportError_
+from .dims import MIN_BLOCK_PER_HEAD, ImportError_
 
 
 @handles("slice.Tensor")
@@ -20,9 +22,32 @@ def _slice(low, node, x, dim=0, start=None, end=None, step=1):
         return strided.strided_slice(low, node, x, dim % x.rank, start, end, step)
     axis, n = dim % x.rank, x.shape[dim % x.rank]
     first, stop, _ = slice(start, end, 1).indices(n)
+    if narrow_cut(low, node, x, axis, first, stop):
+        return unaligned_slice(low, node, x, axis, first, stop)
     if stop - first == 1 and _tiled_now(low, x, axis):
         return _pick_tiled(low, node, x, axis, first)
     return V.slice_axis(low.planner, x, axis, start, end, step, node.name)
+
+
+def narrow_cut(low, node, x: Value, axis: int, start: int, stop: int) -> bool:
+    """Is the slice (of ``node``) of the last axis of ``x`` taken through a selection
+    matrix: where only blocks narrower than ``MIN_BLOCK_PER_HEAD`` columns would fall
+    on its edges (the 4 rotated columns of a 16-wide head, a question-answering
+    head's two logits split in ones: blocks that narrow would slow every kernel
+    that reads the axis), or where a first lowering found it off the blocks?"""
+    n = x.shape[axis]
+    if axis != x.rank - 1 or x.axes[axis] is None or (start, stop) == (0, n):
+        return False
+    return node.name in low.by_selection or \
+        math.gcd(start, stop if stop != n else 0) < MIN_BLOCK_PER_HEAD
+
+
+def unaligned_slice(low, node, x: Value, axis: int, start: int, stop: int) -> Value:
+    """``x[..., start:stop]`` (a ``narrow_cut`` of the last axis): a product with a
+    constant 0/1 selection matrix, exact, as a strided slice is."""
+    select = np.zeros((x.shape[axis], stop - start))
+    select[np.arange(start, stop), np.arange(stop - start)] = 1.0
+    return strided.along_last_axis(low, node, x, axis, select, "select")
 
 
 def _tiled_now(low, x: Value, axis: int) -> bool:
@@ -65,6 +90,9 @@ def _select(low, node, x, dim, index):
     tiled one, a kernel that picks it), the axis dropped."""
     dim %= x.rank
     index %= x.shape[dim]
+    if narrow_cut(low, node, x, dim, index, index + 1):
+        return V.drop_axis(unaligned_slice(low, node, x, dim, index, index + 1), dim,
+                           low.planner)
     picked = _pick_tiled(low, node, x, dim, index) if _tiled_now(low, x, dim) else \
         V.slice_axis(low.planner, x, dim, index, index + 1, 1, node.name)
     return V.drop_axis(picked, dim, low.planner)
@@ -81,7 +109,9 @@ def _index(low, node, x, indices):
     (indices that depend on the inputs, a diagonal ``x[i, i]``, a permutation) is
     left out."""
     used = [(axis, a) for axis, a in enumerate(node.args[1]) if a is not None]
-    if not used or any(getattr(a, "name", None) in low.dynamic for _, a in used):
+    if used and any(getattr(a, "name", None) in low.dynamic for _, a in used):
+        return _index_by_values(low, node, x, indices, used)
+    if not used:
         raise ImportError_("indexing with tensors: only constant indices are supported")
     arrays = []
     for axis, a in used:
@@ -121,6 +151,36 @@ def _index(low, node, x, indices):
             x = V.insert_axis(x, len(pre) + p)
     full = tuple(x.shape[:len(pre)]) + tuple(shape) + tuple(x.shape[len(pre) + len(shape):])
     return V.expand(x, list(full), low.planner) if tuple(x.shape) != full else x
+
+
+def _index_by_values(low, node, x: Value, indices, used) -> Value:
+    """``x[arange(B), i]`` with ``i`` computed from the inputs (``[B]``): row
+    ``i[b]`` of each ``x[b]`` — a decoder's classifier picking each sequence's last
+    token that is not padding. The rows where a one-hot of ``i`` is 1, summed over
+    the axis (a select, not a product: an infinite logit elsewhere stays out)."""
+    if [axis for axis, _ in used] != [0, 1] or x.rank < 2:
+        raise ImportError_("indexing with tensors computed from the inputs: only "
+                           "x[arange(B), i] (one row of each batch element) is supported")
+    batch = low.recorded.get(used[0][1].name)
+    picked = indices[1]
+    if used[0][1].name in low.dynamic or batch is None or \
+            batch.detach().cpu().numpy().astype(np.int64).tolist() != \
+            list(range(x.shape[0])) or not isinstance(picked, Value) or picked.rank != 1:
+        raise ImportError_("indexing with tensors computed from the inputs: only "
+                           "x[arange(B), i] with i of shape [B] is supported")
+    k, n = low.k, x.shape[1]
+    if x.axes[1] is None:                    # one row (or a broadcast): every i picks it
+        return V.drop_axis(x, 1, low.planner)
+    # negative indices count from the end, as in PyTorch
+    wrapped = k.elementwise("where", [k.elementwise("lt", [picked, V.scalar(0.0)],
+                                                    node.name),
+                                      k.elementwise("add", [picked, V.scalar(float(n))],
+                                                    node.name), picked], node.name)
+    hot = _one_hot(low, wrapped, x.axes[1])                  # [B, T]
+    for _ in range(x.rank - 2):
+        hot = V.insert_axis(hot, hot.rank)
+    rows = k.elementwise("where", [hot, x, V.scalar(0.0)], node.name)
+    return k.reduce("sum", rows, 1, node.name)
 
 
 def _index_plan(t: np.ndarray) -> tuple:
@@ -163,6 +223,8 @@ def _one_hot(low, ids: Value, table_axis) -> Value:
     def one_hot(index):
         row = k.block(ids, index[:-1])
         col = E.pos(low.planner.dim(table_axis).name, index[-1])
+        if not low.planner.planning and not k.tiled(ids):
+            return E.call("eq", col, row)         # one index per point: a vector
         return E.call("eq", E.call("outer", row, E.call("ones", col)),
                       E.call("outer", E.call("ones", row), col))
     return k.emit("one_hot", ids.shape + (low.planner.size(table_axis),),

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...ir.types import Dim
 from ..tensors import DEFAULT_BLOCK
-from ..tensors.errors import TensorError
+from ..tensors.errors import TensorError, UnalignedSlice
 
 
 
@@ -195,9 +195,9 @@ class DimPlanner:
                         block = self._blocks.get(ca.hint) or _aligned_block(
                             min(ca.size, DEFAULT_BLOCK), self._alignment(a))
                     if block and b and b % block:
-                        raise ImportError_(f"slicing at {b} an axis tiled in blocks of "
-                                           f"{block} (only whole blocks can be sliced)",
-                                           node=what)
+                        raise UnalignedSlice(f"slicing at {b} an axis tiled in blocks "
+                                             f"of {block} (only whole blocks can be "
+                                             f"sliced)", node=what)
                     if block:
                         self.require_block(a, block, what)
                         self.require_block(out, block, what)

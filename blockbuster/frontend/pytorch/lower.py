@@ -19,6 +19,7 @@ from ..tensors.kernels import KernelEmitter
 from ..tensors.values import Value, scalar
 from . import aten
 from .capture import source_line
+from ..tensors.errors import UnalignedSlice
 from .dims import DimPlanner, ImportError_
 
 
@@ -70,8 +71,12 @@ class Lowered:
 class Lowering:
     """One pass over the graph (planning or emitting; see :mod:`.dims`)."""
 
-    def __init__(self, source: GraphSource, planner: DimPlanner, name: str):
+    def __init__(self, source: GraphSource, planner: DimPlanner, name: str,
+                 by_selection: frozenset = frozenset()):
         self.graph = source.graph
+        # slice nodes a first lowering found off block boundaries: their slices of
+        # a last axis are selections (``aten_indexing.unaligned_slice``)
+        self.by_selection = by_selection
         self.recorded = source.recorded   # node name -> torch value (folding)
         self.planner = planner
         self.k = KernelEmitter(planner)
@@ -165,8 +170,8 @@ class Lowering:
             out = handler(self, node, *args, **kwargs)
         except ImportError_ as exc:
             msg = str(exc)
-            raise ImportError_(msg if msg.startswith(where) else
-                               f"{where}: {target}: {msg}", node=node.name) from None
+            raise type(exc)(msg if msg.startswith(where) else f"{where}: {target}: {msg}",
+                            node=node.name) from None
         return out
 
     def _arg(self, a):
@@ -300,17 +305,32 @@ def record_graph(gm, args) -> dict:
 
 
 def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
+    """The graph lowered to an unfused block program. A slice of a last axis that
+    turns out not to be whole blocks (q, k and v chunked out of a head, at cuts its
+    blocks do not fall on) is taken through a selection matrix in a new lowering,
+    until none is left; other such slices are import errors."""
+    by_selection: set = set()
+    while True:
+        try:
+            return _lower(source, name, blocks, frozenset(by_selection))
+        except UnalignedSlice as exc:
+            if exc.node is None or exc.node in by_selection:
+                raise
+            by_selection.add(exc.node)
+
+
+def _lower(source: GraphSource, name: str, blocks, by_selection: frozenset) -> Lowered:
     planner = DimPlanner(blocks)
-    Lowering(source, planner, name).run()                 # plan the dimensions
+    Lowering(source, planner, name, by_selection).run()   # plan the dimensions
     try:
         planner.resolve()
     except ImportError_ as exc:            # blame the node (and the model's line)
         node = next((n for n in source.graph.nodes if n.name == exc.node), None)
         if node is None:
             raise
-        raise ImportError_(f"{source_line(node)}: {node.target}: {exc}",
-                           node=exc.node) from None
-    low = Lowering(source, planner, name)
+        raise type(exc)(f"{source_line(node)}: {node.target}: {exc}",
+                        node=exc.node) from None
+    low = Lowering(source, planner, name, by_selection)
     outputs = low.run()
     k = low.k
     # a folded constant no kernel reads (a causal mask recognised from its values,

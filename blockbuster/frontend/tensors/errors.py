@@ -12,3 +12,9 @@ class TensorError(UsageError):
     def __init__(self, message: str, node: str | None = None):
         super().__init__(message)
         self.node = node
+
+
+class UnalignedSlice(TensorError):
+    """A slice of a tiled axis that does not fall on its block boundaries: not a
+    view. The PyTorch importer lowers the graph again taking that slice of a last
+    axis through a selection matrix (``aten_indexing.unaligned_slice``)."""

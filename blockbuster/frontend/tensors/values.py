@@ -25,7 +25,7 @@ import attrs
 from ...ir import expr as E
 from ...ir.expr import Expr
 from ...ir.index import IConst, Idx, IVar
-from .errors import TensorError
+from .errors import TensorError, UnalignedSlice
 
 
 class Planner(Protocol):
@@ -233,8 +233,8 @@ def _pick(planner: Planner, v: Value, axis: int, at: int, what: str) -> Value:
     if planner.planning:
         return replace_axes(v, axis, 1, (1,), (None,), planning_loader)
     if not planner.dim(v.axes[axis]).point:
-        raise TensorError(f"{what}: a single element [{at}] of an axis tiled in "
-                          f"blocks (only whole blocks can be sliced)")
+        raise UnalignedSlice(f"{what}: a single element [{at}] of an axis tiled in "
+                             f"blocks (only whole blocks can be sliced)", node=what)
 
     def loader(index: Index) -> Expr:
         return v.load(tuple(index[:axis]) + (IConst(at),) + tuple(index[axis + 1:]))
@@ -253,8 +253,8 @@ def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part
                           + tuple(index[axis + 1:]))
         return replace_axes(v, axis, 1, (length,), (part,), loader)
     if start % d.block or (end % d.block and end != n):
-        raise TensorError(f"{what}: slicing [{start}:{end}] of an axis tiled in blocks "
-                          f"of {d.block} (only whole blocks can be sliced)")
+        raise UnalignedSlice(f"{what}: slicing [{start}:{end}] of an axis tiled in blocks "
+                             f"of {d.block} (only whole blocks can be sliced)", node=what)
     offset = start // d.block
     label = planner.dim(part).name
     at = v.order.index(axis) if len(v.order) == 2 else None
