@@ -213,7 +213,8 @@ class DimPlanner:
                     self.mark_tiled(out)
                 else:
                     self.mark_point(out)
-            elif b is not None and self._tiled(b):
+            elif b is not None and self._tiled(b) and \
+                    not self._classes[self.find(out)].point:
                 # (heads, head columns) merged back, or any axis merged with a
                 # tiled one (``nn.Flatten`` of [B, C, F]): block m of the merged
                 # axis is index m of the outer one, which is then a point axis
@@ -226,9 +227,14 @@ class DimPlanner:
                 # though a linear layer applied to ``[T, B, E]`` first took it for
                 # its rows; so is an axis merged with an expanded one (a padding
                 # mask's batch, ``[B, 1, 1, S]`` expanded over the heads and viewed
-                # as ``[B·H, 1, S]``: index m reads element m // H of it)
+                # as ``[B·H, 1, S]``: index m reads element m // H of it). A merged
+                # axis that is a point axis elsewhere (Bloom's ALiBi ``[B, H, S]``
+                # viewed as ``[B·H, 1, S]`` beside the scores' batch × heads) is
+                # iterated one index at a time with both of its parts.
                 self.mark_point(out)
                 self.mark_point(a)
+                if b is not None:
+                    self.mark_point(b)
 
     # -- between the passes ------------------------------------------------------------
     @property
