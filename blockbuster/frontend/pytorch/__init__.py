@@ -27,7 +27,9 @@ def from_torch(fn, *example_inputs, weights: str = "bind", blocks=None, name=Non
     ``weights="bind"`` (the default) their values travel with the program
     (``program.params``), so ``bb.compile(program)(x=...)`` needs only the inputs;
     ``weights="inputs"`` leaves them for the caller to pass. Graph inputs become
-    ``input`` arrays named after the function's arguments, outputs keep their order.
+    ``input`` arrays named after the function's arguments, outputs keep their order
+    (a module whose ``forward`` takes ``use_cache`` and is not given it, a Hugging
+    Face decoder, is called with ``use_cache=False``: no key/value cache output).
     Size-1 axes are not stored (a ``[1, T, E]`` input is the array ``[T, E]``; the
     compiled program accepts either shape). ``blocks`` sets block sizes by
     dimension name (dimensions are named by size: ``N64``, a second ``N64b``, heads
