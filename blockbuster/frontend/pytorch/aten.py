@@ -92,8 +92,9 @@ def _var(low, node, x, dims=None, correction=None, keepdim=False):
     if what == "std":
         return k.elementwise("sqrt", [var], node.name)
     if what == "var_mean":
-        return var, mean if keepdim else _reduce_axes(low, node, "sum", x, dims, False,
-                                                      scale=1.0 / n)
+        for axis in axes if not keepdim else ():     # the kept size-1 axes, last first
+            mean = V.drop_axis(mean, axis, low.planner)
+        return var, mean
     return var
 
 

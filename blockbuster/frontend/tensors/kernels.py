@@ -213,16 +213,11 @@ class KernelEmitter:
                 # elementwise (the sum over heads of attention weights)
                 total = E.reduce(combiner, var, dim, blk)
                 return E.call("mul", total, E.const(scale)) if scale is not None else total
-            if not self.planner.planning and len(t) == 1:
-                # its only tiled axis (a batch of vectors: pooled features, their
-                # classes): each vector block reduced to one number
-                block_op = "vec" + combiner
-            elif not self.planner.planning and len(t) != 2:
-                raise TensorError(f"{what}: reducing a tensor with blocks over {len(t)} "
-                                   f"axis(es) is not supported (needs rows and columns)")
-            else:
-                block_op = ("row" if self.planner.planning or t[-1] == axis else "col") + \
-                    ("sum" if combiner == "sum" else "max")
+            if not self.planner.planning and len(t) > 2:
+                raise TensorError(f"{what}: reducing a tensor with blocks over {len(t)} axes")
+            # one tiled axis (pooled features): a vector to one number; two: rows or columns
+            block_op = ("vec" if not self.planner.planning and len(t) == 1 else
+                        "row" if self.planner.planning or t[-1] == axis else "col") + combiner
             bounds = hi_of(index) if hi_of else {}
             total = E.reduce(combiner, var, dim, E.call(block_op, blk), **bounds)
             return E.call("mul", total, E.const(scale)) if scale is not None else total
