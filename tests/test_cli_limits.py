@@ -156,6 +156,9 @@ def test_an_internal_error_is_one_line_with_a_hint_and_exit_3(monkeypatch, capsy
                    "(rerun with --debug for the traceback)\n")
     with pytest.raises(ZeroDivisionError):          # --debug: the traceback, for a report
         cli.main(["--debug", "show", "attention"])
+    with pytest.raises(ZeroDivisionError):          # where the hint's reader puts it
+        cli.main(["show", "attention", "--debug"])
+    assert cli.main(["show", "attention"]) == 3     # and without it, still one line
 
 
 def test_a_recursion_error_is_an_internal_error_not_a_traceback(monkeypatch, capsys):
