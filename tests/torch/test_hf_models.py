@@ -332,3 +332,35 @@ def test_bloom_model_with_a_tokenizers_padding_mask():
         want = copy.deepcopy(model).double()(ids, mask).numpy()
     got, _, _ = run_imported(model, ids, mask)
     assert max_rel_error(got[0], want) < 2e-5
+
+
+@pytest.mark.parametrize("family", ["ViT", "CLIPVision"])
+def test_vision_transformer_from_pixels(family):
+    """ViT's image classifier and CLIP's vision tower from pixels: the patch
+    embedding (a convolution in 8x8 windows of a 40x40 image), the class token
+    before the patches, position embeddings, pooling."""
+    kw = dict(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+              num_hidden_layers=1, image_size=40, patch_size=8, num_channels=3)
+    if family == "ViT":
+        cfg = transformers.ViTConfig(num_labels=3, **kw)
+        net = transformers.ViTForImageClassification(cfg)
+    else:
+        cfg = transformers.CLIPVisionConfig(**kw)
+        net = transformers.CLIPVisionModel(cfg)
+    cfg._attn_implementation = "sdpa"
+
+    class FromPixels(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, pixels):
+            out = self.net(pixel_values=pixels)
+            return out.logits if family == "ViT" else out.pooler_output
+    torch.manual_seed(0)
+    model = FromPixels().eval()
+    pixels = torch.randn(2, 3, 40, 40) * 30
+    got, _, _ = run_imported(model, pixels)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(pixels.double()).numpy()
+    assert max_rel_error(got[0].reshape(want.shape), want) < 2e-5

@@ -571,9 +571,12 @@ def test_a_negative_pad_cuts_whole_blocks_off():
     assert max_rel_error(got, want) < 1e-6
 
 
-def test_padding_a_batch_axis_is_a_clear_error():
-    with pytest.raises(ImportError_, match="cat along a broadcast"):
-        bb.from_torch(lambda x: F.pad(x, (0, 0, 0, 0, 1, 0)) * 2, torch.randn(1, 30, 16))
+def test_padding_a_batch_of_one_places_it():
+    """A batch of one (not stored) padded by one: each piece placed (a ``where``)."""
+    x = torch.randn(1, 30, 16) * 1e3
+    got, ref, _ = run_imported(lambda x: F.pad(x, (0, 0, 0, 0, 1, 0)) * 2, x)
+    assert got[0].shape == ref[0].shape == (2, 30, 16)
+    assert np.array_equal(got[0][0], np.zeros((30, 16))) and max_rel_error(got[0], ref[0]) < 1e-6
 
 
 class BatchNormed(torch.nn.Module):

@@ -299,26 +299,33 @@ def test_region_outputs_keep_their_traced_strides():
 
 
 class PatchEmbed(torch.nn.Module):
-    """A ViT patch embedding: a convolution (left to PyTorch), a flatten and a
-    projection."""
+    """A ViT patch embedding (a convolution in 4x4 windows), a flatten and a
+    projection; with ``overlap``, a 3x3 convolution (left to PyTorch) instead."""
 
-    def __init__(self, e=24):
+    def __init__(self, e=24, overlap=False):
         super().__init__()
-        self.conv = torch.nn.Conv2d(3, e, kernel_size=4, stride=4)
+        self.conv = torch.nn.Conv2d(3, e, kernel_size=3, padding=1) if overlap else \
+            torch.nn.Conv2d(3, e, kernel_size=4, stride=4)
         self.proj = torch.nn.Linear(e, e)
 
     def forward(self, x):
         return self.proj(torch.tanh(self.conv(x).flatten(2).transpose(1, 2)))
 
 
-def test_patch_embedding_falls_back_and_matches():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_patch_embedding_compiles_and_an_overlapping_convolution_falls_back(overlap):
     from blockbuster.frontend.pytorch.dynamo import FallbackWarning
-    model = PatchEmbed().eval()
+    torch.manual_seed(0)
+    model = PatchEmbed(overlap=overlap).eval()
     x = torch.randn(1, 3, 20, 24)
     compiled = torch.compile(model, backend="blockbuster",
                              options={"backend": "reference", "tune": "off"})
-    with pytest.warns(FallbackWarning, match="aten.convolution"), torch.no_grad():
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always", FallbackWarning)
         assert _close(compiled(x), model(x))
+    fell_back = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+    assert bool(fell_back) == overlap
+    assert all("aten.convolution" in m for m in fell_back)
 
 
 class RotaryTable(torch.nn.Module):

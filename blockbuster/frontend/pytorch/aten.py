@@ -22,6 +22,7 @@ from . import aten_elementwise  # noqa: F401  (registers the elementwise handler
 from .aten_indexing import (index_nodes, narrow_cut,   # (and registers the indexing handlers)
                             unaligned_slice)
 from .aten_joins import rotate_half_source   # (and registers cat and pad)
+from . import aten_conv  # noqa: F401  (registers convolutions)
 # HANDLERS, Empty and TAKES_EMPTY are read by the lowering through this module.
 from .aten_registry import HANDLERS, TAKES_EMPTY, Empty, handles  # noqa: F401
 

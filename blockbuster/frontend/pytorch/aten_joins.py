@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..tensors import values as V
-from ..tensors.values import Value
+from ..tensors.values import Value, scalar
 from .aten_registry import Empty, handles
 from .aten_registry import is_call as _is
 from .dims import ImportError_
@@ -26,7 +26,7 @@ def _cat(low, node, xs, dim=0):
     if source is not None:
         x = low.values[source.name] if source.name in low.values else low.value(source)
         return low.k.rotate_half(_one_block_rows(low, x, node.name), node.name)
-    return _concat(low, pieces, dim % pieces[0].rank, node.name)
+    return _concat(low, node, pieces, dim % pieces[0].rank)
 
 
 @handles("constant_pad_nd.default")
@@ -54,7 +54,7 @@ def _pad(low, node, x, pad, value=0.0):
                 pieces.insert(0 if at == 0 else len(pieces),
                               low.constant(node, f"pad_{node.name}", fill))
         if len(pieces) > 1:
-            x = _concat(low, pieces, axis, node.name)
+            x = _concat(low, node, pieces, axis)
     return x
 
 
@@ -76,16 +76,24 @@ def _one_block_rows(low, x: Value, what: str) -> Value:
     return x
 
 
-def _concat(low, pieces, axis: int, what: str) -> Value:
+def _concat(low, node, pieces, axis: int) -> Value:
     """``cat(pieces, axis)`` of stored axes (a head's rotary columns and the columns
     that pass through): each piece is a block-aligned slice of the result's axis,
-    the other axes are the pieces' own (one kernel, :meth:`KernelEmitter.concat`)."""
-    first, planner = pieces[0], low.planner
+    the other axes are the pieces' own (one kernel, :meth:`KernelEmitter.concat`).
+    Pieces with a broadcast axis (a class token ``[1, 1, E]`` expanded over the
+    batch before the patches, a padding of one element) are placed instead."""
+    first, planner, what = pieces[0], low.planner, node.name
     if any(p.rank != first.rank for p in pieces) or any(
             p.shape[:axis] + p.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]
             for p in pieces):
         raise ImportError_(f"cat of shapes {[list(p.shape) for p in pieces]} along axis "
                            f"{axis}: the other axes differ")
+    if first.rank <= 3 and any(
+            p.axes[q] is None for p in pieces for q in range(first.rank)
+            if q == axis or (p.axes[q] is None) != (first.axes[q] is None)):
+        # (not yet for [B, H, S, D]: a key/value cache's one new token placed so
+        # made the two lowering passes diverge; that cat stays an import error)
+        return _placed(low, node, pieces, axis)
     for p in pieces:
         for q, (a, b) in enumerate(zip(first.axes, p.axes)):
             if q == axis:
@@ -107,6 +115,39 @@ def _concat(low, pieces, axis: int, what: str) -> Value:
         start = end
     return low.k.concat(pieces, axis, out, what)
 
+
+
+def _placed(low, node, pieces, axis: int) -> Value:
+    """``cat(pieces, axis)`` as a sum of the pieces, each put in its place: a piece
+    of one broadcast element by a 0/1 mask of its position, any other through a
+    constant 0/1 placement matrix along ``axis``, as ``where`` and a sum over the
+    piece's axis (exact: an infinite value stays in its place; and the piece's axis
+    may be one iterated an index at a time, as patches are, which a matmul could not
+    contract). The pieces' other axes broadcast as in any elementwise sum. Costs
+    ``n × total`` per piece of ``n``; chosen only where the block-aligned
+    concatenation cannot be."""
+    total = sum(p.shape[axis] for p in pieces)
+    k, out, start = low.k, None, 0
+    for j, p in enumerate(pieces):
+        n = p.shape[axis]
+        if p.axes[axis] is None:      # one element along the axis, maybe broadcast
+            at = np.zeros([total] + [1] * (p.rank - 1 - axis))
+            at[start:start + n] = 1.0
+            mask = low.constant(node, f"place{j}_{node.name}", at)
+            placed = k.elementwise("where", [mask, p, scalar(0.0)], node.name)
+        else:                         # sum over i of where(P[i, t], p[.., i], 0)
+            matrix = np.zeros((n, total))
+            matrix[np.arange(n), start + np.arange(n)] = 1.0
+            last = p.rank - 1
+            perm = list(range(p.rank))
+            perm[axis], perm[last] = perm[last], perm[axis]
+            moved = V.insert_axis(V.permute(p, perm), p.rank)          # [.., n, 1]
+            place = low.constant(node, f"place{j}_{node.name}", matrix)
+            picked = k.elementwise("where", [place, moved, scalar(0.0)], node.name)
+            placed = V.permute(k.reduce("sum", picked, p.rank - 1, node.name), perm)
+        out = placed if out is None else k.elementwise("add", [out, placed], node.name)
+        start += n
+    return out
 
 def _slice_of(node):
     """(source, dim, start, end) of an ``aten.slice`` node."""

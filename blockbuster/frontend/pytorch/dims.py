@@ -203,7 +203,12 @@ class DimPlanner:
                         self.require_block(out, block, what)
             elif kind == "split":
                 self.mark_point(b)
-                if self._tiled(a):
+                if self._classes[self.find(out)].point:
+                    # the inner part is iterated one index at a time (merged with a
+                    # tiled axis: an image's rows cut into patches, each patch row
+                    # beside its columns), so is the whole axis
+                    self.mark_point(a)
+                elif self._tiled(a):
                     # head h is column block h: the blocks of both are one head,
                     # or a whole number of blocks per head where slices cut a head
                     # (a partial rotary embedding's rotated and passed columns)
