@@ -105,3 +105,17 @@ def test_other_convolutions_are_one_line_import_errors(conv, why):
         run_imported(conv.eval(), x)
     message = str(err.value)
     assert why in message and "\n" not in message and "convolution" in message
+
+
+def test_a_key_value_cache_grown_by_one_token_then_attention():
+    """``cat([past, new], 2)`` of ``[B, H, S, D]`` and one new token ``[B, H, 1, D]``
+    (a decoding step): the new token is placed, the attention reads all S + 1."""
+    def step(past, new, q):
+        k = torch.cat([past, new], 2)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, k * 0.5)
+
+    torch.manual_seed(0)
+    past, new, q = torch.randn(2, 2, 9, 16) * 3, torch.randn(2, 2, 1, 16) * 3, torch.randn(2, 2, 1, 16)
+    got, _, _ = run_imported(step, past, new, q)
+    want = step(past.double(), new.double(), q.double()).numpy()
+    assert max_rel_error(got[0].reshape(want.shape), want) < 2e-5

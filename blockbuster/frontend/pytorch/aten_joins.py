@@ -88,11 +88,8 @@ def _concat(low, node, pieces, axis: int) -> Value:
             for p in pieces):
         raise ImportError_(f"cat of shapes {[list(p.shape) for p in pieces]} along axis "
                            f"{axis}: the other axes differ")
-    if first.rank <= 3 and any(
-            p.axes[q] is None for p in pieces for q in range(first.rank)
-            if q == axis or (p.axes[q] is None) != (first.axes[q] is None)):
-        # (not yet for [B, H, S, D]: a key/value cache's one new token placed so
-        # made the two lowering passes diverge; that cat stays an import error)
+    if any(p.axes[q] is None for p in pieces for q in range(first.rank)
+           if q == axis or (p.axes[q] is None) != (first.axes[q] is None)):
         return _placed(low, node, pieces, axis)
     for p in pieces:
         for q, (a, b) in enumerate(zip(first.axes, p.axes)):

@@ -58,6 +58,8 @@ class DimPlanner:
         self._links: list[tuple] = []
         self.fixed_blocks: set[str] = set()    # dims whose block the graph requires
         self._tensors: list[tuple] = []        # each kernel output's axis classes
+        self._unit_answers: list[bool] = []    # unit_merge's, replayed when emitting
+        self._answer_cursor = 0
 
     # -- both passes -----------------------------------------------------------------
     def new(self, size: int, hint: str) -> int:
@@ -132,10 +134,20 @@ class DimPlanner:
 
     def unit_merge(self, cid: int) -> bool:
         """Is ``cid`` a batch merged with a stored axis of one element (a sequence
-        of one token flattened into rows)?"""
+        of one token flattened into rows)? Answered from the links the planning pass
+        has made so far, and the same answer given again in the emitting pass (which
+        knows every link: answering anew, a merge recorded after the question, a key/
+        value cache's new token placed into it, made the passes diverge)."""
+        if self._resolved is not None:
+            if self._answer_cursor >= len(self._unit_answers):
+                raise AssertionError("the emitting pass diverged from the planning pass")
+            self._answer_cursor += 1
+            return self._unit_answers[self._answer_cursor - 1]
         root = self.find(cid)
-        return any(kind == "merge" and b is not None and self.find(out) == root
-                   and self.size(b) == 1 for kind, a, b, out, _ in self._links)
+        answer = any(kind == "merge" and b is not None and self.find(out) == root
+                     and self.size(b) == 1 for kind, a, b, out, _ in self._links)
+        self._unit_answers.append(answer)
+        return answer
 
     def link_slice(self, axis: int, part: int, what: str, align: int = 0) -> None:
         """``part`` is a block-aligned slice of ``axis``: tiled alike, same blocks.

@@ -423,6 +423,8 @@ class KernelEmitter:
 
     def rotate_half(self, v: Value, what: str, name: str | None = None) -> Value:
         """``cat(-x2, x1)`` of the halves of each row (rotary embeddings): one kernel."""
+        if not self.planner.planning and len(self.tiled(v)) != 2:    # rows are a batch
+            raise TensorError(f"{what}: rotate-half needs blocks of rows and columns")
         return self.emit("rotate_half", v.shape, v.axes,
                          lambda index: E.call("rotate_half", self.block(v, index)), name)
 
@@ -441,8 +443,7 @@ def _broadcast_units(planner: Planner, v: Value, longest: list) -> Value:
 
 def _lead(v: Value) -> Value:
     """The leading (batch) axes of a matrix operand, as a value to broadcast."""
-    from .values import Value as V
-    return V(v.shape[:-2], v.axes[:-2], lambda index: E.const(0.0))
+    return Value(v.shape[:-2], v.axes[:-2], lambda index: E.const(0.0))
 
 
 def _align(lead: tuple, rank: int) -> tuple:
