@@ -334,19 +334,20 @@ def test_bloom_model_with_a_tokenizers_padding_mask():
     assert max_rel_error(got[0], want) < 2e-5
 
 
-@pytest.mark.parametrize("family", ["ViT", "CLIPVision"])
+@pytest.mark.parametrize("family", ["ViT", "CLIPVision", "SiglipVision"])
 def test_vision_transformer_from_pixels(family):
-    """ViT's image classifier and CLIP's vision tower from pixels: the patch
-    embedding (a convolution in 8x8 windows of a 40x40 image), the class token
-    before the patches, position embeddings, pooling."""
+    """ViT's image classifier and CLIP's and SigLIP's vision towers from pixels: the
+    patch embedding (a convolution in 8x8 windows of a 40x40 image), the class token
+    before the patches (not SigLIP's), position embeddings, pooling (SigLIP's an
+    attention head over the patches)."""
     kw = dict(hidden_size=32, intermediate_size=48, num_attention_heads=2,
               num_hidden_layers=1, image_size=40, patch_size=8, num_channels=3)
     if family == "ViT":
         cfg = transformers.ViTConfig(num_labels=3, **kw)
         net = transformers.ViTForImageClassification(cfg)
     else:
-        cfg = transformers.CLIPVisionConfig(**kw)
-        net = transformers.CLIPVisionModel(cfg)
+        cfg = getattr(transformers, family + "Config")(**kw)
+        net = getattr(transformers, family + "Model")(cfg)
     cfg._attn_implementation = "sdpa"
 
     class FromPixels(torch.nn.Module):

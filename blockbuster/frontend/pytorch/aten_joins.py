@@ -12,6 +12,7 @@ from ..tensors import values as V
 from ..tensors.values import Value, scalar
 from .aten_registry import Empty, handles
 from .aten_registry import is_call as _is
+from . import strided
 from .dims import ImportError_
 
 
@@ -116,13 +117,11 @@ def _concat(low, node, pieces, axis: int) -> Value:
 
 def _placed(low, node, pieces, axis: int) -> Value:
     """``cat(pieces, axis)`` as a sum of the pieces, each put in its place: a piece
-    of one broadcast element by a 0/1 mask of its position, any other through a
-    constant 0/1 placement matrix along ``axis``, as ``where`` and a sum over the
-    piece's axis (exact: an infinite value stays in its place; and the piece's axis
-    may be one iterated an index at a time, as patches are, which a matmul could not
-    contract). The pieces' other axes broadcast as in any elementwise sum. Costs
-    ``n × total`` per piece of ``n``; chosen only where the block-aligned
-    concatenation cannot be."""
+    of one broadcast element by a 0/1 mask of its position (a ``where``), any other
+    through a constant 0/1 placement matrix along ``axis`` (a matmul, as
+    :mod:`.strided` slices: an infinite element spreads NaN along its row). The
+    pieces' other axes broadcast as in any elementwise sum. Chosen only where the
+    block-aligned concatenation cannot be."""
     total = sum(p.shape[axis] for p in pieces)
     k, out, start = low.k, None, 0
     for j, p in enumerate(pieces):
@@ -132,19 +131,27 @@ def _placed(low, node, pieces, axis: int) -> Value:
             at[start:start + n] = 1.0
             mask = low.constant(node, f"place{j}_{node.name}", at)
             placed = k.elementwise("where", [mask, p, scalar(0.0)], node.name)
-        else:                         # sum over i of where(P[i, t], p[.., i], 0)
+        else:
             matrix = np.zeros((n, total))
             matrix[np.arange(n), start + np.arange(n)] = 1.0
-            last = p.rank - 1
-            perm = list(range(p.rank))
-            perm[axis], perm[last] = perm[last], perm[axis]
-            moved = V.insert_axis(V.permute(p, perm), p.rank)          # [.., n, 1]
-            place = low.constant(node, f"place{j}_{node.name}", matrix)
-            picked = k.elementwise("where", [place, moved, scalar(0.0)], node.name)
-            placed = V.permute(k.reduce("sum", picked, p.rank - 1, node.name), perm)
+            placed = strided.along_last_axis(low, node, p, axis, matrix, f"place{j}")
         out = placed if out is None else k.elementwise("add", [out, placed], node.name)
         start += n
     return out
+
+
+def retiled(low, node, v: Value, axis: int) -> Value:
+    """``v`` with ``axis`` (iterated one index at a time: patches split off an
+    image's columns) copied into an axis of its own that can be tiled: the sum over
+    ``i`` of ``where(I[i, t], v[.., i], 0)``, exact."""
+    n, last = v.shape[axis], v.rank - 1
+    perm = list(range(v.rank))
+    perm[axis], perm[last] = perm[last], perm[axis]
+    moved = V.insert_axis(V.permute(v, perm), v.rank)          # [.., n, 1]
+    eye = low.constant(node, f"tiles_{node.name}", np.eye(n))
+    picked = low.k.elementwise("where", [eye, moved, scalar(0.0)], node.name)
+    return V.permute(low.k.reduce("sum", picked, v.rank - 1, node.name), perm)
+
 
 def _slice_of(node):
     """(source, dim, start, end) of an ``aten.slice`` node."""
