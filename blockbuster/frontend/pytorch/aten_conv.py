@@ -99,11 +99,11 @@ def _patches(low, node, x, w, kernel):
         xr = V.permute(_call(low, node, "select.int", x, 3, 0), [0, 2, 3, 1, 4])
         xr = _view(low, node, xr, [batch, *counts, channels * width])
         wr = _view(low, node, _call(low, node, "select.int", w, 2, 0), [e, channels * width])
-        return retiled(low, node, _contract(low, node, xr, wr), 2)
+        return _contract(low, node, retiled(low, node, xr, 2), wr)
     terms = []
     for c in range(channels):       # [B, n0, n1, k0·k1] · [E, k0·k1]ᵀ
         xc = V.permute(_call(low, node, "select.int", x, 1, c), [0, 1, 3, 2, 4])
         xc = _view(low, node, xc, [batch, *counts, rows * width])
         wc = _view(low, node, _call(low, node, "select.int", w, 1, c), [e, rows * width])
-        terms.append(_contract(low, node, xc, wc))
-    return retiled(low, node, _sum(low, node, terms), 2)
+        terms.append(_contract(low, node, retiled(low, node, xc, 2), wc))
+    return _sum(low, node, terms)
