@@ -3,8 +3,9 @@ matrix products the importer already has: no block operator of their own.
 
 * Windows that tile the input (stride = kernel size, no padding: the patch embedding
   of ViT, CLIP's vision tower, SigLIP, DINOv2): the input viewed as patches, each
-  channel's patch elements contracted with its kernel, summed over the channels.
-  A 1-D convolution is an image of one row.
+  channel's patches copied into blocks (:func:`.aten_joins.retiled`) and contracted
+  with its kernel, summed over the channels. A 1-D convolution is an image of one
+  row.
 
 Overlapping windows (Whisper's ``Conv1d(k=3, padding=1)``, a 3x3 stem), transposed,
 grouped (a depthwise ``Conv1d`` of a Mamba or ConvNeXt block) and 3-D convolutions
@@ -75,9 +76,11 @@ def _patches(low, node, x, w, kernel):
     """Non-overlapping windows: ``[B, C, H, W]`` viewed as ``[B, C, h, kH, w, kW]``
     (a ragged edge, which the convolution drops, sliced off first), each channel's
     patches ``[B, h, w, kH·kW]`` contracted with its kernel: one term per channel
-    (an image's 3; the rows of a patch are iterated one at a time, its columns are
-    a block). Patches of one row (a 1-D convolution) are one product over the
-    channels and the window together."""
+    (an image's 3). Split off the image's columns, the patches of a row are iterated
+    one at a time; copied into an axis of their own first, they are the rows of
+    blocks of a matmul (and the tokens, flattened, rows of blocks for what follows).
+    Patches of one row (a 1-D convolution) are one product over the channels and
+    the window together."""
     batch, channels = x.shape[:2]
     counts = [n // k for n, k in zip(x.shape[2:], kernel)]
     for axis, (n, k) in enumerate(zip(counts, kernel), start=2):
