@@ -778,3 +778,34 @@ def test_argmax_and_argmin_with_ties_and_nan():
 def test_argmax_of_the_flattened_tensor_is_a_clear_error():
     with pytest.raises(ImportError_, match="argmax of the flattened tensor"):
         lower_module(lambda x: x.argmax().float(), torch.randn(5, 7))
+
+
+@pytest.mark.parametrize("label,fn", [
+    ("first 10 of 29 columns", lambda x: x[..., :10] * 2),
+    ("all but the last column", lambda x: x[..., :-1] * 2),
+    ("columns 8 to 16", lambda x: x[..., 8:16] + 1),
+    ("split 10 + 19", lambda x: x.split([10, 19], -1)[1] * 2),
+    ("all but the last row", lambda x: x[:, :-1] * 2),
+    ("negative padding", lambda x: F.pad(x, (-2, 0)) * 3),
+])
+def test_slices_at_cuts_the_blocks_cannot_take(label, fn):
+    """Cuts whose common factor (10, 28, 8, 36) does not divide the axis (29 columns,
+    37 rows): a first lowering asks the axis for blocks of that factor and cannot
+    have them; the slice is then taken through a selection matrix."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 37, 29) * 1e3
+    got, _, _ = run_imported(fn, x)
+    want = fn(x.double()).numpy()
+    assert max_rel_error(got[0].reshape(want.shape), want) < 1e-6
+
+
+def test_casts_to_bool_and_from_floats_to_integers():
+    torch.manual_seed(0)
+    x = torch.randn(3, 37, 29) * 5
+    x[0, 0, :3] = 0.0
+    fn = lambda x: x.bool().float() + torch.where(x.bool(), x, -1.0)   # noqa: E731
+    got, _, _ = run_imported(fn, x)
+    want = fn(x.double()).numpy()
+    assert max_rel_error(got[0].reshape(want.shape), want) < 1e-6
+    with pytest.raises(ImportError_, match="truncation toward zero"):    # not a silent no-op
+        bb.from_torch(lambda x: x.long().float() * 2, x)

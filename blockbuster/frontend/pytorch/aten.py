@@ -410,6 +410,20 @@ def _identity(low, node, x, *rest, **kwargs):
 
 @handles("_to_copy.default")
 def _to_copy(low, node, x, *rest, **kwargs):
+    """A cast. Every value is a float already (integers exact below 2^24), so a cast
+    to a float type is the value itself (float16 and bfloat16 too: computed in
+    float32, without their rounding); to ``bool``, ``x != 0``; floats to integers
+    would truncate, which is not supported (an import error, not a silent no-op)."""
+    target = kwargs.get("dtype")
+    source = getattr(node.args[0], "meta", {}).get("val") if node.args else None
+    source = getattr(source, "dtype", None)
+    if target is None or source is None or target == source:
+        return x
+    if str(target) == "torch.bool":
+        return low.k.elementwise("ne", [x, scalar(0.0)], node.name)
+    if not target.is_floating_point and source.is_floating_point:
+        raise ImportError_(f"a cast of {str(source)[6:]} values to {str(target)[6:]} "
+                           f"(truncation toward zero) is not supported")
     return x
 
 

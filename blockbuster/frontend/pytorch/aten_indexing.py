@@ -36,10 +36,11 @@ def narrow_cut(low, node, x: Value, axis: int, start: int, stop: int) -> bool:
     head's two logits split in ones: blocks that narrow would slow every kernel
     that reads the axis), or where a first lowering found it off the blocks?"""
     n = x.shape[axis]
-    if axis != x.rank - 1 or x.axes[axis] is None or (start, stop) == (0, n):
+    if x.axes[axis] is None or (start, stop) == (0, n):
         return False
-    return node.name in low.by_selection or \
-        math.gcd(start, stop if stop != n else 0) < MIN_BLOCK_PER_HEAD
+    if node.name in low.by_selection:     # any stored axis (permuted to the last)
+        return True
+    return axis == x.rank - 1 and math.gcd(start, stop if stop != n else 0) < MIN_BLOCK_PER_HEAD
 
 
 def unaligned_slice(low, node, x: Value, axis: int, start: int, stop: int) -> Value:

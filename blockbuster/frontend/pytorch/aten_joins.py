@@ -10,7 +10,7 @@ import numpy as np
 
 from ..tensors import values as V
 from ..tensors.values import Value, scalar
-from .aten_registry import Empty, handles
+from .aten_registry import HANDLERS, Empty, handles
 from .aten_registry import is_call as _is
 from . import strided
 from .dims import ImportError_
@@ -42,10 +42,10 @@ def _pad(low, node, x, pad, value=0.0):
     for i in range(len(pad) // 2):
         axis = x.rank - 1 - i
         before, after = pad[2 * i], pad[2 * i + 1]
-        if before < 0 or after < 0:
+        if before < 0 or after < 0:           # a slice, as ``x[..., a:n-b]`` is
             n = x.shape[axis]
-            x = V.slice_axis(low.planner, x, axis, max(-before, 0), n - max(-after, 0), 1,
-                             node.name)
+            x = HANDLERS["aten.slice.Tensor"](low, node, x, axis, max(-before, 0),
+                                              n - max(-after, 0))
         pieces = [x]
         for amount, at in ((before, 0), (after, 1)):
             if amount > 0:

@@ -306,6 +306,10 @@ class DimPlanner:
             raise ImportError_(f"blocks: dimension {name} must have block {c.block} "
                                f"(it is split into heads of that size)")
         if c.size % block and c.block:
+            cut = self._slice_cutting(name, c, block)
+            if cut is not None:     # lowered again, that slice through a selection
+                raise UnalignedSlice(f"slicing an axis of {c.size} at a multiple of "
+                                     f"{block} that does not divide it", node=cut)
             raise ImportError_(f"an axis of {c.size} cannot be cut into blocks of {block}, "
                                f"the size its heads or slices need ({c.size} is not a "
                                f"multiple of {block}: split or chunk it into equal, "
@@ -313,6 +317,17 @@ class DimPlanner:
         if c.block:
             self.fixed_blocks.add(name)
         return Dim(name, c.size, min(block, c.size))
+
+    def _slice_cutting(self, name: str, c: _Class, block: int) -> str | None:
+        """The node of a slice whose cut asks for ``block`` on ``c``'s class (an
+        axis of 29 cut at 10), if one does."""
+        root = next(r for r in range(len(self._classes))
+                    if self._classes[r] is c and self.find(r) == r)
+        for kind, a, align, part, what in self._links:
+            if kind == "slice" and align and align % block == 0 and \
+                    root in (self.find(a), self.find(part)):
+                return what
+        return None
 
     # -- the emitting pass -----------------------------------------------------------------
     def dim(self, cid: int) -> Dim:
