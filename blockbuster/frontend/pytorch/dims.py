@@ -306,7 +306,7 @@ class DimPlanner:
             raise ImportError_(f"blocks: dimension {name} must have block {c.block} "
                                f"(it is split into heads of that size)")
         if c.size % block and c.block:
-            cut = self._slice_cutting(name, c, block)
+            cut = self._slice_cutting(c, block)
             if cut is not None:     # lowered again, that slice through a selection
                 raise UnalignedSlice(f"slicing an axis of {c.size} at a multiple of "
                                      f"{block} that does not divide it", node=cut)
@@ -318,7 +318,7 @@ class DimPlanner:
             self.fixed_blocks.add(name)
         return Dim(name, c.size, min(block, c.size))
 
-    def _slice_cutting(self, name: str, c: _Class, block: int) -> str | None:
+    def _slice_cutting(self, c: _Class, block: int) -> str | None:
         """The node of a slice whose cut asks for ``block`` on ``c``'s class (an
         axis of 29 cut at 10), if one does."""
         root = next(r for r in range(len(self._classes))
