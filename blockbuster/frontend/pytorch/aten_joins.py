@@ -114,7 +114,6 @@ def _concat(low, node, pieces, axis: int) -> Value:
     return low.k.concat(pieces, axis, out, what)
 
 
-
 def _placed(low, node, pieces, axis: int) -> Value:
     """``cat(pieces, axis)`` as a sum of the pieces, each put in its place: a piece
     of one broadcast element by a 0/1 mask of its position (a ``where``), any other
@@ -126,7 +125,7 @@ def _placed(low, node, pieces, axis: int) -> Value:
     k, out, start = low.k, None, 0
     for j, p in enumerate(pieces):
         n = p.shape[axis]
-        if p.axes[axis] is None:      # one element along the axis, maybe broadcast
+        if p.axes[axis] is None:      # not stored: one element, or expanded (all equal)
             at = np.zeros([total] + [1] * (p.rank - 1 - axis))
             at[start:start + n] = 1.0
             mask = low.constant(node, f"place{j}_{node.name}", at)
