@@ -85,8 +85,8 @@ class KernelEmitter:
         if note is not None and self.planner.planning:
             note(axes)
         if not loops:
-            raise TensorError(f"a result with no axis to store (shape {list(shape)}: "
-                              f"0-d or all size 1) is not supported")
+            raise TensorError(f"a result with no axis to store (shape {list(shape)}, as "
+                              f"reducing a 1-D tensor makes): give the input a leading axis")
         out = self.declare(name, shape, axes)
         if not self.planner.planning:
             tiled = [c for c in axes if c is not None and not self.planner.dim(c).point]
