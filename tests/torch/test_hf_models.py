@@ -365,3 +365,36 @@ def test_vision_transformer_from_pixels(family):
     with torch.no_grad():
         want = copy.deepcopy(model).double()(pixels.double()).numpy()
     assert max_rel_error(got[0].reshape(want.shape), want) < 2e-5
+
+
+def test_gemma2_sequence_classification_with_a_mask_fuses():
+    """Gemma2's mask turned to ``bool`` feeds only what becomes the attention's
+    causal range: a kernel nothing reads, which the import drops (fusion met a piece
+    with no outputs: "program candidate has no outputs")."""
+    cfg = transformers.Gemma2Config(hidden_size=32, intermediate_size=48, num_attention_heads=2,
+                                    num_key_value_heads=1, head_dim=16, num_hidden_layers=1,
+                                    vocab_size=50, max_position_embeddings=64, pad_token_id=0,
+                                    num_labels=3, query_pre_attn_scalar=16)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = transformers.Gemma2ForSequenceClassification(cfg)
+
+        def forward(self, ids, mask):
+            return self.model(input_ids=ids, attention_mask=mask).logits
+    torch.manual_seed(0)
+    model = Logits().eval()
+    ids = torch.randint(1, 50, (2, 13))
+    mask = torch.ones(2, 13, dtype=torch.long)
+    ids[1, 9:], mask[1, 9:] = 0, 0
+    low = lower_module(model, ids, mask)
+    read = set().union(*(k.reads() for k in low.program.kernels))
+    outputs = {b.name for b in low.outputs}
+    assert all(set(k.writes()) & (read | outputs) for k in low.program.kernels)
+    fused = bb.fuse(low.program).program
+    out = bb.compile(fused, backend="reference")(
+        **{low.inputs[0].name: ids.numpy(), low.inputs[1].name: mask.numpy()}, **low.weights)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids, mask).numpy()
+    assert max_rel_error(out[low.outputs[0].name].reshape(want.shape), want) < 2e-5

@@ -333,6 +333,7 @@ def _lower(source: GraphSource, name: str, blocks, by_selection: frozenset) -> L
     low = Lowering(source, planner, name, by_selection)
     outputs = low.run()
     k = low.k
+    k.kernels = _live(k.kernels, {b.name for b in outputs})
     # a folded constant no kernel reads (a causal mask recognised from its values,
     # which became the attention's causal range) is not a weight of the program
     read = set().union(*(kern.reads() for kern in k.kernels))
@@ -340,8 +341,9 @@ def _lower(source: GraphSource, name: str, blocks, by_selection: frozenset) -> L
     weights = {w: low.weights[w] for w in weight_order}
     in_names = tuple(b.name for b in low.inputs) + tuple(weight_order)
     out_names = tuple(b.name for b in outputs)
+    written = {n for kern in k.kernels for n in kern.writes()}
     rest = tuple(n for n in k.arrays if n not in in_names and n not in out_names
-                 and n not in low.weights)
+                 and n not in low.weights and n in written)
     arrays = tuple(k.arrays[n] for n in in_names + out_names + rest)
     used = {d for a in arrays for d in a.dims} | dims_named_by(k.kernels)
     dims = tuple(d for d in planner.dims() if d.name in used)
@@ -349,3 +351,15 @@ def _lower(source: GraphSource, name: str, blocks, by_selection: frozenset) -> L
                       tuple(weight_order))
     return Lowered(verify(program), tuple(low.inputs), outputs, weights,
                    frozenset(planner.fixed_blocks))
+
+
+def _live(kernels: list, outputs: set) -> list:
+    """The kernels an output depends on: a value the graph computes and nothing
+    reads (a mask turned to bool whose use became an attention's causal range) is
+    not a kernel of the program (fusion would find a piece with no outputs)."""
+    needed, live = set(outputs), []
+    for kern in reversed(kernels):
+        if needed.intersection(kern.writes()):
+            live.append(kern)
+            needed |= kern.reads()
+    return live[::-1]
