@@ -30,11 +30,12 @@ def _slice(low, node, x, dim=0, start=None, end=None, step=1):
 
 
 def narrow_cut(low, node, x: Value, axis: int, start: int, stop: int) -> bool:
-    """Is the slice (of ``node``) of the last axis of ``x`` taken through a selection
-    matrix: where only blocks narrower than ``MIN_BLOCK_PER_HEAD`` columns would fall
-    on its edges (the 4 rotated columns of a 16-wide head, a question-answering
-    head's two logits split in ones: blocks that narrow would slow every kernel
-    that reads the axis), or where a first lowering found it off the blocks?"""
+    """Is the slice (of ``node``) of ``axis`` of ``x`` taken through a selection
+    matrix: on the last axis where only blocks narrower than ``MIN_BLOCK_PER_HEAD``
+    columns would fall on its edges (the 4 rotated columns of a 16-wide head, a
+    question-answering head's two logits split in ones: blocks that narrow would slow
+    every kernel that reads the axis), on any stored axis where a first lowering found
+    it off the blocks?"""
     n = x.shape[axis]
     if x.axes[axis] is None or (start, stop) == (0, n):
         return False
@@ -44,8 +45,8 @@ def narrow_cut(low, node, x: Value, axis: int, start: int, stop: int) -> bool:
 
 
 def unaligned_slice(low, node, x: Value, axis: int, start: int, stop: int) -> Value:
-    """``x[..., start:stop]`` (a ``narrow_cut`` of the last axis): a product with a
-    constant 0/1 selection matrix, exact, as a strided slice is."""
+    """``x[..., start:stop, ...]`` along ``axis`` (a ``narrow_cut``): a product with
+    a constant 0/1 selection matrix, exact, as a strided slice is."""
     select = np.zeros((x.shape[axis], stop - start))
     select[np.arange(start, stop), np.arange(stop - start)] = 1.0
     return strided.along_last_axis(low, node, x, axis, select, "select")

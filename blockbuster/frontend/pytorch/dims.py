@@ -293,11 +293,12 @@ class DimPlanner:
             base = r.hint or f"N{r.size}"
             names[base] = names.get(base, 0) + 1
             name = base if names[base] == 1 else f"{base}{_suffix(names[base])}"
-            dims[root] = self._make_dim(name, r)
+            dims[root] = self._make_dim(name, root)
         self._resolved = [dims[self.find(cid)] for cid in range(len(self._classes))]
         self._cursor = 0
 
-    def _make_dim(self, name: str, c: _Class) -> Dim:
+    def _make_dim(self, name: str, root: int) -> Dim:
+        c = self._classes[root]
         point = c.point or not c.tiled
         if point:
             return Dim(name, c.size, 1, point=True)
@@ -306,7 +307,7 @@ class DimPlanner:
             raise ImportError_(f"blocks: dimension {name} must have block {c.block} "
                                f"(it is split into heads of that size)")
         if c.size % block and c.block:
-            cut = self._slice_cutting(c, block)
+            cut = self._slice_cutting(root, block)
             if cut is not None:     # lowered again, that slice through a selection
                 raise UnalignedSlice(f"slicing an axis of {c.size} at a multiple of "
                                      f"{block} that does not divide it", node=cut)
@@ -318,11 +319,9 @@ class DimPlanner:
             self.fixed_blocks.add(name)
         return Dim(name, c.size, min(block, c.size))
 
-    def _slice_cutting(self, c: _Class, block: int) -> str | None:
-        """The node of a slice whose cut asks for ``block`` on ``c``'s class (an
-        axis of 29 cut at 10), if one does."""
-        root = next(r for r in range(len(self._classes))
-                    if self._classes[r] is c and self.find(r) == r)
+    def _slice_cutting(self, root: int, block: int) -> str | None:
+        """The node of a slice whose cut asks for ``block`` on the class ``root``
+        (an axis of 29 cut at 10), if one does."""
         for kind, a, align, part, what in self._links:
             if kind == "slice" and align and align % block == 0 and \
                     root in (self.find(a), self.find(part)):

@@ -75,7 +75,7 @@ class Lowering:
                  by_selection: frozenset = frozenset()):
         self.graph = source.graph
         # slice nodes a first lowering found off block boundaries: their slices of
-        # a last axis are selections (``aten_indexing.unaligned_slice``)
+        # a stored axis are selections (``aten_indexing.unaligned_slice``)
         self.by_selection = by_selection
         self.recorded = source.recorded   # node name -> torch value (folding)
         self.planner = planner
@@ -305,10 +305,10 @@ def record_graph(gm, args) -> dict:
 
 
 def lower(source: GraphSource, name: str, blocks=None) -> Lowered:
-    """The graph lowered to an unfused block program. A slice of a last axis that
-    turns out not to be whole blocks (q, k and v chunked out of a head, at cuts its
-    blocks do not fall on) is taken through a selection matrix in a new lowering,
-    until none is left; other such slices are import errors."""
+    """The graph lowered to an unfused block program. A slice that turns out not
+    to be whole blocks (q, k and v chunked out of a head, at cuts its blocks do not
+    fall on; ``x[:, :-1]`` of 37 rows) is taken through a selection matrix in a new
+    lowering, until none is left; one that still is not is an import error."""
     by_selection: set = set()
     while True:
         try:
