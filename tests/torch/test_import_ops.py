@@ -787,11 +787,17 @@ def test_argmax_of_the_flattened_tensor_is_a_clear_error():
     ("split 10 + 19", lambda x: x.split([10, 19], -1)[1] * 2),
     ("all but the last row", lambda x: x[:, :-1] * 2),
     ("negative padding", lambda x: F.pad(x, (-2, 0)) * 3),
+    ("one row by a constant index", lambda x: x[:, [-2]] * 2),
+    ("rows 5 to 8 by a counting index", lambda x: x[:, torch.arange(5, 9)] - 1),
+    ("one column by a constant index", lambda x: x[..., [7]] * 2),
+    ("a 2-D tensor's one row", lambda x: x[0, [-2]] * 2),
+    ("a 2-D tensor's one column", lambda x: x[0][:, 3] + 1),
 ])
 def test_slices_at_cuts_the_blocks_cannot_take(label, fn):
     """Cuts whose common factor (10, 28, 8, 36) does not divide the axis (29 columns,
-    37 rows): a first lowering asks the axis for blocks of that factor and cannot
-    have them; the slice is then taken through a selection matrix."""
+    37 rows), and single elements of an axis tiled in blocks with no second tiled axis
+    to mask along: a first lowering asks the axis for blocks it cannot have; the slice
+    is then taken through a selection matrix."""
     torch.manual_seed(0)
     x = torch.randn(3, 37, 29) * 1e3
     got, _, _ = run_imported(fn, x)

@@ -10,6 +10,7 @@ import numpy as np
 
 from ...ir import expr as E
 from ..tensors import values as V
+from ..tensors.errors import UnalignedSlice
 from ..tensors.values import Value
 from . import strided
 from .aten_registry import handles, is_call as _is
@@ -22,11 +23,18 @@ def _slice(low, node, x, dim=0, start=None, end=None, step=1):
         return strided.strided_slice(low, node, x, dim % x.rank, start, end, step)
     axis, n = dim % x.rank, x.shape[dim % x.rank]
     first, stop, _ = slice(start, end, 1).indices(n)
-    if narrow_cut(low, node, x, axis, first, stop):
-        return unaligned_slice(low, node, x, axis, first, stop)
-    if stop - first == 1 and _tiled_now(low, x, axis):
-        return _pick_tiled(low, node, x, axis, first)
-    return V.slice_axis(low.planner, x, axis, start, end, step, node.name)
+    return cut(low, node, x, axis, first, stop)
+
+
+def cut(low, node, x: Value, axis: int, start: int, stop: int) -> Value:
+    """``x[..., start:stop, ...]`` along ``axis`` (bounds normalised, ``start <
+    stop``): a view where the cut falls on block edges, a masked pick of one element
+    of a tiled axis, else a selection matrix (``narrow_cut``)."""
+    if narrow_cut(low, node, x, axis, start, stop):
+        return unaligned_slice(low, node, x, axis, start, stop)
+    if stop - start == 1 and _tiled_now(low, x, axis):
+        return _pick_tiled(low, node, x, axis, start)
+    return V.slice_axis(low.planner, x, axis, start, stop, 1, node.name)
 
 
 def narrow_cut(low, node, x: Value, axis: int, start: int, stop: int) -> bool:
@@ -72,8 +80,9 @@ def _pick_tiled(low, node, x: Value, axis: int, at: int) -> Value:
     select, not a product, so an infinity elsewhere does not become NaN)."""
     k = low.k
     tiled = k.tiled(x)
-    if len(tiled) != 2:
-        raise ImportError_(f"a single element [{at}] of an axis tiled in blocks")
+    if len(tiled) != 2:      # no second axis to mask along: through a selection
+        raise UnalignedSlice(f"{node.name}: a single element [{at}] of an axis tiled in "
+                             f"blocks", node=node.name)
     other = tiled[1] if tiled[0] == axis else tiled[0]
     dim, odim = (low.planner.dim(x.axes[a]).name for a in (axis, other))
 
@@ -92,12 +101,7 @@ def _select(low, node, x, dim, index):
     tiled one, a kernel that picks it), the axis dropped."""
     dim %= x.rank
     index %= x.shape[dim]
-    if narrow_cut(low, node, x, dim, index, index + 1):
-        return V.drop_axis(unaligned_slice(low, node, x, dim, index, index + 1), dim,
-                           low.planner)
-    picked = _pick_tiled(low, node, x, dim, index) if _tiled_now(low, x, dim) else \
-        V.slice_axis(low.planner, x, dim, index, index + 1, 1, node.name)
-    return V.drop_axis(picked, dim, low.planner)
+    return V.drop_axis(cut(low, node, x, dim, index, index + 1), dim, low.planner)
 
 
 @handles("index.Tensor")
@@ -131,7 +135,8 @@ def _index(low, node, x, indices):
     # Each indexed axis becomes its slice (one element where its index is constant).
     for (axis, _), (p, start) in zip(used, plans):
         n = 1 if p is None else shape[p]
-        x = V.slice_axis(low.planner, x, axis, start, start + n, 1, node.name)
+        if (start, n) != (0, x.shape[axis]):
+            x = cut(low, node, x, axis, start, start + n)
     # PyTorch puts the index shape where the indexed axes were when they are
     # adjacent, else first; the other axes keep their order around it.
     axes = [axis for axis, _ in used]
