@@ -63,8 +63,8 @@ def check_user_rules(rules: RuleSet, hardware: Hardware, trials: int = DEFAULT_T
     from the cache. Actions are checked on states fused for ``hardware``."""
     path = (directory or cache_dir()) / f"{_cache_key(rules, hardware, trials, seed)}.json"
     try:
-        return json.loads(path.read_text()), True
-    except (OSError, ValueError):
+        return _relocated(json.loads(path.read_text()), rules), True
+    except (OSError, ValueError, KeyError, AttributeError):
         pass
     mine = user_rules(rules)
     found: list[Finding] = []
@@ -92,6 +92,20 @@ def check_user_rules(rules: RuleSet, hardware: Hardware, trials: int = DEFAULT_T
     except OSError:
         pass
     return findings, False
+
+
+def _relocated(findings: list[dict], rules: RuleSet) -> list[dict]:
+    """Cached findings named with the files as this run loaded them: the cache is
+    keyed by content, and the same rules may have been checked under another path
+    (a copied file, another working directory)."""
+    out = []
+    for f in findings:
+        rule = rules.rules.get(f["rule"])
+        old = f["location"].rsplit(":", 2)[0]
+        new = str(rule.loc).rsplit(":", 2)[0] if rule is not None else old
+        out.append({k: v.replace(old, new) if isinstance(v, str) and old != new else v
+                    for k, v in f.items()})
+    return out
 
 
 def require_trusted(rules: RuleSet, hardware: Hardware, where: str) -> None:

@@ -67,6 +67,22 @@ def test_the_refusal_is_one_json_object_with_json(tmp_path, capsys):
     assert report["unsound_rules"][0]["location"].endswith("mine.bbr:3:6")
 
 
+def test_a_cached_verdict_names_the_file_this_run_was_given(tmp_path, capsys, checked):
+    """The verdict cache is keyed by content: a copy of a checked file, under another
+    name, is answered from it, and the report names the copy."""
+    first = write(tmp_path, UNSOUND)
+    assert cli.main(["run", "attention", *SMALL, "--rules", first]) == 1
+    copy = write(tmp_path, UNSOUND, name="copy.bbr")
+    capsys.readouterr()
+    assert cli.main(["run", "attention", *SMALL, "--rules", copy]) == 1
+    assert checked == ["mul_one", "exp_split"]        # the copy: from the cache
+    err = capsys.readouterr().err
+    assert err.startswith(f"{copy}:3:6: exp_split: UNSOUND") and "mine.bbr" not in err
+    assert cli.main(["run", "attention", *SMALL, "--rules", copy, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["unsound_rules"][0]["location"] == f"{copy}:3:6"
+
+
 def test_trust_rules_skips_the_check(tmp_path, capsys, checked):
     status = cli.main(["run", "attention", *SMALL, "--rules", write(tmp_path, UNSOUND),
                        "--trust-rules", "--json"])

@@ -10,7 +10,7 @@ from typing import Mapping
 from ..errors import IRError
 from .combiners import COMBINERS
 from .expr import Expr
-from .index import IVar, Idx, free_vars as idx_free_vars
+from .index import IConst, IVar, Idx, free_vars as idx_free_vars
 from .ops import OPS, OpTypeError, check_arity
 from .program import Program
 from .types import SCALAR, ArrayType, BlockType, TupleType
@@ -37,6 +37,12 @@ class TypeChecker:
 
     def block_type_of_array(self, name: str) -> BlockType:
         return BlockType(tuple(d for d in self.arrays[name].dims if not self.dims[d].point))
+
+    def _load_type(self, e: Expr) -> BlockType:
+        return self.block_type_of_array(e.attr.array)
+
+    def _pos_type(self, e: Expr) -> BlockType:
+        return BlockType((e.attr.dim,))
 
     def type_of(self, e: Expr, scope: Scope, where: str = ""):
         key = (e, tuple(sorted((v, scope[v]) for v in e.free_vars if v in scope)))
@@ -73,14 +79,14 @@ class TypeChecker:
                                      f"with {len(e.attr.index)} subscripts")
             for ix, d in zip(e.attr.index, dims):
                 self._check_index(e, ix, d, scope, where)
-            return self.block_type_of_array(name)
+            return self._load_type(e)
         if op == "const":
             return SCALAR
         if op == "pos":
             if e.attr.dim not in self.dims:
                 self._fail(e, where, f"unknown dimension '{e.attr.dim}'")
             self._check_index(e, e.attr.index, e.attr.dim, scope, where)
-            return BlockType((e.attr.dim,))
+            return self._pos_type(e)
         if op == "runmax":
             var = e.attr
             if var not in scope or scope[var][1] is None:
@@ -140,11 +146,122 @@ class TypeChecker:
             else:
                 self._fail(e, where, f"online_softmax logits must be a 2-D block, got {first}")
         types = [first] + [self.type_of(b, inner, where) for b in e.args[1:]]
+        self._check_blocks_combined(e, types[comb.head:], inner, where)
         try:
             outs = comb.output_types(types)
         except OpTypeError as err:
             self._fail(e, where, f"{a.combiner}: {err}")
         return outs[0] if len(outs) == 1 else TupleType(tuple(outs))
+
+
+    def _check_blocks_combined(self, e: Expr, passengers, inner: Scope, where: str) -> None:
+        """A reduction over ``d`` combines its passengers' blocks of successive
+        indices element by element; a passenger with an axis of ``d`` itself (``sum(n
+        in N: X[m, n])``) then adds blocks of ``d`` to one another, which a ragged
+        last block cannot join (its extent differs from the others')."""
+        d = self.dims.get(e.attr.dim)
+        if d is None or d.point or d.size % d.block == 0 or d.size <= d.block:
+            return
+        if not any(isinstance(t, BlockType) and d.name in t.axes for t in passengers):
+            return
+        # Typed again with the axes the reduction's own index picks renamed: an axis
+        # of d picked by another index (a square weight's columns, a causal mask's
+        # rows) is no concern.
+        var, head = e.attr.var, COMBINERS[e.attr.combiner].head
+        marked = _MarkedAxes(self.program, var, d.name)
+        try:
+            retyped = [marked.type_of(b, inner, where) for b in e.args[head:]]
+        except IRError:
+            return
+        if any(isinstance(t, BlockType) and marked.mark in t.axes for t in retyped):
+            self._fail(e, where, f"{e.attr.combiner} over {d.name} combines blocks along "
+                                 f"{d.name} itself, and {d.name} = {d.size} in blocks of "
+                                 f"{d.block} ends in a block of {d.size % d.block}: reduce "
+                                 f"within each block first (e.g. rowsum inside the sum)")
+
+
+class _MarkedAxes(TypeChecker):
+    """Types with every block axis of dimension ``dim`` that the index ``var`` picks
+    (a load's subscript, a position) named ``mark`` instead."""
+
+    def __init__(self, program: Program, var: str, dim: str):
+        super().__init__(program)
+        self.var, self.dim, self.mark = var, dim, f"{dim}@{var}"
+
+    def _picked(self, ix, d: str) -> bool:
+        return d == self.dim and isinstance(ix, IVar) and ix.name == self.var
+
+    def _load_type(self, e: Expr) -> BlockType:
+        dims = self.arrays[e.attr.array].dims
+        return BlockType(tuple(self.mark if self._picked(ix, d) else d
+                               for ix, d in zip(e.attr.index, dims) if not self.dims[d].point))
+
+    def _pos_type(self, e: Expr) -> BlockType:
+        return BlockType((self.mark if self._picked(e.attr.index, e.attr.dim) else e.attr.dim,))
+
+
+def _ragged(d) -> bool:
+    return not d.point and d.size > d.block and d.size % d.block != 0
+
+
+class _ConstantBlocks(TypeChecker):
+    """Types with every block axis of a ragged dimension that a constant block index
+    picks named after that block (``M@1``): such a block has one extent for every
+    iteration, a block a loop picks the last block's extent at the last index."""
+
+    def _named(self, ix, d: str) -> str:
+        return f"{d}@{ix.value}" if isinstance(ix, IConst) and _ragged(self.dims[d]) else d
+
+    def _load_type(self, e: Expr) -> BlockType:
+        dims = self.arrays[e.attr.array].dims
+        return BlockType(tuple(self._named(ix, d) for ix, d in zip(e.attr.index, dims)
+                               if not self.dims[d].point))
+
+    def _pos_type(self, e: Expr) -> BlockType:
+        return BlockType((self._named(e.attr.index, e.attr.dim),))
+
+
+def constant_ragged_block(program: Program, value: Expr) -> tuple[Expr, str] | None:
+    """The first load (or position) in ``value`` that picks a block of a ragged
+    dimension by a constant index, with that dimension; None if there is none."""
+    dims = program.dim_map
+    for node in value.walk():
+        if node.op == "load":
+            pairs = zip(node.attr.index, program.array_map[node.attr.array].dims)
+        elif node.op == "pos":
+            pairs = [(node.attr.index, node.attr.dim)]
+        else:
+            continue
+        for ix, d in pairs:
+            if isinstance(ix, IConst) and d in dims and _ragged(dims[d]):
+                return node, d
+    return None
+
+
+def check_constant_blocks(program: Program, value: Expr, scope: Scope, stored,
+                          where: str) -> None:
+    """A block picked by a constant index of a ragged dimension must not meet, nor be
+    stored as, blocks a loop picks along that dimension (``add(X[m, n], X[1, n])``
+    with ``M`` ragged): their extents differ at the last block, and no backend can
+    combine them (``IRError``). ``stored``: the block type the store expects."""
+    found = constant_ragged_block(program, value)
+    if found is None:
+        return
+    checker = _ConstantBlocks(program)
+    try:
+        t = checker.type_of(value, scope, where)
+        while isinstance(t, ArrayType):
+            t = t.elem
+        clash = t != stored
+    except IRError:
+        clash = True
+    if clash:
+        node, d = found
+        dim = program.dim_map[d]
+        raise IRError(f"{where}: `{snippet(node)}` picks a block of {d} by a constant, "
+                      f"and {d} = {dim.size} in blocks of {dim.block} ends in a block of "
+                      f"{dim.size % dim.block}: that block cannot meet blocks the loops "
+                      f"pick along {d} (their extents differ)")
 
 
 class LenientTypeChecker(TypeChecker):

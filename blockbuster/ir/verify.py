@@ -16,7 +16,8 @@ from .expr import Expr
 from .index import IVar
 from .kernel_key import declaration_numbers, declarations_used, kernel_key
 from .program import Kernel, Program
-from .typecheck import LenientTypeChecker, Scope, TypeChecker, snippet
+from .typecheck import (LenientTypeChecker, Scope, TypeChecker, check_constant_blocks,
+                        snippet)
 from .types import ArrayType
 from .walk import bound_var, find_shadowing
 
@@ -259,6 +260,7 @@ def _verify_store(kernel: Kernel, store, program: Program, checker: TypeChecker,
     if value_type != expected:
         raise IRError(f"{swhere}: value has type {value_type} but the array's "
                       f"blocks are {expected}")
+    check_constant_blocks(program, store.value, scope, expected, swhere)
     check_block_ranges(store.value, tuple((v, d, None, None) for v, d in kernel.loops),
                         program, swhere)
 

@@ -115,7 +115,10 @@ def test_inline_across_mismatched_indices_is_caught(monkeypatch):
     monkeypatch.setattr(action_inline, "producer_value_at", skewed)
     rules = load_rules_text("rule inline_all: apply inline(X) if intermediate(X)\n")
     finding = check_rule(rules.rules["inline_all"])
-    assert not finding.sound and "changed" in finding.detail and "attention" in finding.detail
+    # Found either by its changed values or, where the shifted block is a ragged
+    # dimension's, by the verifier (a constant block meeting looped ones).
+    assert not finding.sound and "attention" in finding.detail
+    assert "changed" in finding.detail or "cannot meet blocks" in finding.detail
 
 
 def _shipped_rewrite_rules():

@@ -168,3 +168,44 @@ def test_message_names_the_node_not_the_whole_kernel():
     message = rejects(program("exp(T[m, n])", "exp(U[m, n])"), "U[m, n]")
     # The snippet is the offending load, not the surrounding colshift.
     assert re.search(r"in `U\[m, n\]`$", message)
+
+
+# -- ragged last blocks ------------------------------------------------------------
+#
+# K = 50 in blocks of 16 ends in a block of 2, M = 70 in blocks of 32 in one of 6:
+# a block of such a dimension has one extent at its last index and another elsewhere,
+# so blocks picked differently along it cannot be combined.
+
+SUM_OF_BLOCKS = BASE.replace("output Y[M, N]", "output Y[M, N]\noutput s[M]") + """\
+kernel s for m in M:
+  s[m] = rowsum(sum(k in K: X[m, k]))
+"""
+
+
+def test_a_sum_adding_blocks_of_its_own_ragged_dimension_is_rejected():
+    rejects(program(text=SUM_OF_BLOCKS), "kernel 's'", "sum over K combines blocks along K",
+            "ends in a block of 2")
+    even = program("dim K = 50 block 16", "dim K = 48 block 16", text=SUM_OF_BLOCKS)
+    assert verify(even) is even            # blocks of equal extent add up
+
+
+def test_a_sum_over_a_dimension_another_index_also_tiles_is_accepted():
+    """A square weight's columns (``S[n2, n]``) and a causal mask's rows are axes of
+    the summed dimension picked by another index: nothing is added across blocks."""
+    text = BASE.replace("input b[N]", "input b[N]\ninput S[N, N]").replace(
+        "Y[m, n] = colshift(b[n], exp(T[m, n]))",
+        "Y[m, n] = sum(n2 in N: dot(T[m, n2], S[n2, n]))")
+    p = program(text=text)
+    assert verify(p) is p
+
+
+def test_a_constant_block_of_a_ragged_dimension_cannot_meet_looped_blocks():
+    rejects(program("colshift(b[n], exp(T[m, n]))", "add(T[m, n], T[1, n])"),
+            "kernel 'Y'", "`T[1, n]` picks a block of M by a constant", "ends in a block of 6")
+    rejects(program("colshift(b[n], exp(T[m, n]))", "T[0, n]"), "`T[0, n]` picks a block of M")
+    # Reduced along M before it meets anything, or with M in equal blocks, it may.
+    reduced = program("colshift(b[n], exp(T[m, n]))", "colshift(colsum(T[2, n]), T[m, n])")
+    assert verify(reduced) is reduced
+    even = program("colshift(b[n], exp(T[m, n]))", "add(T[m, n], T[1, n])",
+                   text=BASE.replace("dim M = 70 block 32", "dim M = 64 block 32"))
+    assert verify(even) is even
