@@ -400,12 +400,14 @@ def test_carets_line_up_after_tabs_and_old_mac_line_ends(tmp_path, capsys):
     tab = tmp_path / "tab.bbr"
     tab.write_text("rule r:\tmull(a, 1.0) => a\n")
     err = _fails(["rules", "list", str(tab)], capsys).splitlines()
-    assert err[0] == f"{tab}:1:9: unknown operator 'mull'"
+    assert err[0] == (f"{tab}:1:9: unknown operator 'mull' (did you mean mul? the operators "
+                      f"are listed in rulesets/README.md)")
     assert err[1] == "    rule r: mull(a, 1.0) => a" and err[2] == "            ^"
     cr = tmp_path / "cr.bbr"
     cr.write_bytes(b"rule r: mul(a, 1.0) => a\rrule s: mull(a, 1.0) => a\r")
     err = _fails(["rules", "list", str(cr)], capsys).splitlines()
-    assert err == [f"{cr}:2:9: unknown operator 'mull'", "    rule s: mull(a, 1.0) => a",
+    assert err == [f"{cr}:2:9: unknown operator 'mull' (did you mean mul? the operators are "
+                   f"listed in rulesets/README.md)", "    rule s: mull(a, 1.0) => a",
                    "            ^"]
     program = tmp_path / "p.bbp"
     program.write_bytes(PROGRAM.replace("\n", "\r").encode())

@@ -430,7 +430,11 @@ def check_arity(name: str, nargs: int) -> str | None:
     """An error message if ``name`` is unknown or given the wrong number of arguments."""
     spec = OPS.get(name)
     if spec is None or (spec.kind in ("leaf", "structural", "pattern") and name != "proj"):
-        return f"unknown operator '{name}'"
+        import difflib
+        close = difflib.get_close_matches(name, sorted(CALLABLE), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        return (f"unknown operator '{name}' ({hint}the operators are listed in "
+                f"rulesets/README.md)")
     if spec.arity is not None and spec.arity != nargs:
         plural = "s" if spec.arity != 1 else ""
         return f"operator '{name}' takes {spec.arity} argument{plural}, got {nargs}"
