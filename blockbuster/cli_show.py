@@ -18,7 +18,11 @@ from .errors import UsageError
 # ---------------------------------------------------------------------------
 
 def add_show(sub) -> None:
-    p = sub.add_parser("show", help="print a workload's block program (text form)")
+    p = sub.add_parser("show", help="print a workload's block program (text form)",
+                       description="Print the block program of TARGET (a workload, a "
+                                   "program file, a model or factory) in its text form, "
+                                   "which `run` and `show` read back; with --fused, the "
+                                   "program fusion makes of it.")
     add_program_args(p)
     p.add_argument("--fused", action="store_true", help="print it after fusion")
     add_backend_arg(p, "with --fused: the backend to fuse for")

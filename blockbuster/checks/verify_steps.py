@@ -36,17 +36,17 @@ class StepVerifier:
             if np.any(classes):
                 at = tuple(int(i) for i in np.argwhere(classes)[0])
                 raise StepChangedOutputs(
-                    f"step {step.index}: rule '{step.rule}' ({step.location}) changed output "
-                    f"{name} of kernel {step.kernel}: {got[at]} where it was {want[at]} "
-                    f"(at {at})")
+                    f"step {step.index}: rule '{step.rule}' ({step.location}), rewriting "
+                    f"kernel {step.kernel}, changed output {name}: {got[at]} where it was "
+                    f"{want[at]} (at {at})")
             finite = np.isfinite(want)
             want, got = np.where(finite, want, 0), np.where(finite, got, 0)
             scale = max(float(np.max(np.abs(want))), 1e-30) if want.size else 1.0
             err = float(np.max(np.abs(got - want))) / scale if want.size else 0.0
             if not np.isfinite(err) or err > self.tolerance:
                 raise StepChangedOutputs(
-                    f"step {step.index}: rule '{step.rule}' ({step.location}) changed output "
-                    f"{name} of kernel {step.kernel} (relative error {err:.3g})")
+                    f"step {step.index}: rule '{step.rule}' ({step.location}), rewriting "
+                    f"kernel {step.kernel}, changed output {name} (relative error {err:.3g})")
 
 
 def _finite_class(x: np.ndarray) -> np.ndarray:

@@ -231,6 +231,11 @@ def _verify_store(kernel: Kernel, store, program: Program, checker: TypeChecker,
     if store.array not in program.array_map:
         raise IRError(f"{swhere}: unknown array '{store.array}'")
     array = program.array(store.array)
+    if not array.dims:
+        raise IRError(f"{swhere}: an array of no dimensions cannot be stored (a kernel "
+                      f"stores blocks of its loops): declare it over a dimension of one "
+                      f"(`dim U = 1 point`, `{store.array}[U]`, `kernel {kernel.name} for u "
+                      f"in U: {store.array}[u] = ...`)")
     if len(store.index) != len(array.dims):
         raise IRError(f"{swhere}: array has rank {len(array.dims)} but the store has "
                       f"{len(store.index)} subscripts")

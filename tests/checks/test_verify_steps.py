@@ -32,7 +32,7 @@ def test_an_unsound_step_is_named(tmp_path):
                     "schedule: fuse, bad\n")
     rules = blockbuster.load_rules(path)
     program = workload("attention", N=9, S=9, D=4, blocks=dict(N=4, S=4, D=4))
-    with pytest.raises(StepChangedOutputs, match=r"rule 'bad_lift' \(.*bad.bbr:2:6\) changed output O"):
+    with pytest.raises(StepChangedOutputs, match=r"rule 'bad_lift' \(.*bad.bbr:2:6\), rewriting kernel \w+, changed output O"):
         blockbuster.fuse(program, rules, verify_steps=True, trust_rules=True)
 
 

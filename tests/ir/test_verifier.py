@@ -209,3 +209,10 @@ def test_a_constant_block_of_a_ragged_dimension_cannot_meet_looped_blocks():
     even = program("colshift(b[n], exp(T[m, n]))", "add(T[m, n], T[1, n])",
                    text=BASE.replace("dim M = 70 block 32", "dim M = 64 block 32"))
     assert verify(even) is even
+
+
+def test_storing_an_array_of_no_dimensions_says_how_to_declare_one():
+    text = BASE.replace("output Y[M, N]", "output Y[M, N]\noutput s[]") + (
+        "kernel s for m in M:\n  s[m] = vecsum(b[m])\n")
+    rejects(program(text=text), "kernel 's'", "no dimensions cannot be stored",
+            "dim U = 1 point")
