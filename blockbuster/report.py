@@ -142,6 +142,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
             "passed": bool(validation.passed),
             "non_finite_values": validation.non_finite,
             "output_values": validation.values,
+            "reference": validation.reference or "float64",
         },
         "timings": timings,
         "fused_program": format_program(fused),
@@ -264,6 +265,8 @@ def format_report(r: dict[str, Any]) -> str:
     lines.append(f"validation      {verdict}: max abs error {_error(v['max_abs_error'])}, "
                  f"max rel error {_error(v['max_rel_error'])} "
                  f"(tolerance {v['tolerance']:g}{_baseline_text(v)}, seed {r['seed']})")
+    if v.get("reference", "float64") != "float64":
+        lines.append(f"  against       {v['reference']}")
     if v.get("non_finite_values"):
         n = v["non_finite_values"]
         lines.append(f"  non-finite    {n} of {v['output_values']} output values NaN or inf in the "

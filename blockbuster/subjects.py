@@ -262,8 +262,15 @@ def _eager(model, args, dtype) -> list:
     extra = cache_off_kwargs(model, len(args))       # called as the export called it
     if isinstance(model, torch.nn.Module):
         model = copy.deepcopy(model).to(dtype).eval()
-    with torch.no_grad():
-        out = model(*args, **extra)
+    default = torch.get_default_dtype()
+    try:
+        # Tensors the model makes without a dtype (XGLM's `torch.full((),
+        # finfo(dtype).min)`) in the dtype it runs in: float64's min overflows float32.
+        torch.set_default_dtype(dtype)
+        with torch.no_grad():
+            out = model(*args, **extra)
+    finally:
+        torch.set_default_dtype(default)
     # flattened as torch.export flattens outputs (a Hugging Face ModelOutput too)
     return [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
 

@@ -53,6 +53,8 @@ class Validation:
     # all output values: the errors above are over the others only.
     non_finite: int = 0
     values: int = 0
+    # What the outputs were compared with, where not the float64 oracle.
+    reference: str | None = None
 
     def as_dict(self) -> dict:
         return attrs.asdict(self)
@@ -108,8 +110,27 @@ def validate_outputs(subject, outputs: Mapping[str, np.ndarray],
     tolerance = DEFAULT_TOLERANCE
     baseline_error = None
     if subject.baseline is not None:
-        baseline_error = compare(subject.baseline(inputs), reference).max_rel_error
+        baseline = subject.baseline(inputs)
+        if _oracle_lost_values(baseline, reference):
+            # Some models break in float64 (MPT's padding mask: a whole sequence of
+            # NaN) while float32, what they are written for, is finite: the outputs
+            # are held to float32 eager instead, at the default tolerance.
+            result = compare(outputs, baseline, tolerance)
+            return attrs.evolve(result, reference=(
+                "float32 eager: float64 eager gives NaN or inf where float32 does not"))
+        baseline_error = compare(baseline, reference).max_rel_error
         if math.isfinite(baseline_error):
             tolerance = max(tolerance, tolerance_from_baseline(baseline_error))
     result = compare(outputs, reference, tolerance)
     return attrs.evolve(result, baseline_error=baseline_error)
+
+
+def _oracle_lost_values(baseline: Mapping[str, np.ndarray],
+                        oracle: Mapping[str, np.ndarray]) -> bool:
+    """Is the float64 oracle NaN or infinite where the float32 baseline is finite?"""
+    for name, ref in oracle.items():
+        ref = np.asarray(ref)
+        base = np.asarray(baseline[name])
+        if base.shape == ref.shape and np.any(~np.isfinite(ref) & np.isfinite(base)):
+            return True
+    return False

@@ -577,3 +577,50 @@ def test_a_plain_functions_inputs_are_named_after_its_arguments():
     assert np.abs(got - want).max() < 1e-6
     # A function of *args has no names to give: the positions name them.
     assert list(bb.from_torch(lambda *a: a[0] * 2, scores).inputs) == ["args_0"]
+
+
+def test_models_that_break_in_float64_are_validated_all_the_same(tmp_path, monkeypatch,
+                                                                 capsys):
+    """The oracle runs the model in float64: a tensor the model makes without a dtype
+    is float64 too (XGLM's ``torch.full((), finfo(dtype).min)`` overflowed float32:
+    an internal error), and a model whose float64 run gives NaN where float32 is
+    finite (MPT's padded sequence) is held to float32 eager, as the report says."""
+    import json
+    import textwrap
+
+    from blockbuster import cli
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "f64.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Floor(torch.nn.Module):
+            def forward(self, x):
+                floor = torch.full((), torch.finfo(x.dtype).min)
+                return torch.maximum(torch.softmax(x, -1), floor) * 3
+
+        class NanIn64(torch.nn.Module):
+            def forward(self, x):
+                y = torch.softmax(x * 1e3, -1)
+                if x.dtype == torch.float64:           # a model that breaks in float64
+                    y = y * torch.where(x[:, :1] > 0, float("nan"), 1.0)
+                return y + 1
+
+        def floor():
+            return Floor(), (torch.randn(5, 37),)
+
+        def nan_in_64():
+            torch.manual_seed(0)
+            return NanIn64(), (torch.randn(5, 37),)
+    """))
+    status = cli.main(["run", f"{tmp_path / 'f64.py'}:floor", "--backend", "reference",
+                       "--json"])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert json.loads(out.out)["validation"]["reference"] == "float64"
+    status = cli.main(["run", f"{tmp_path / 'f64.py'}:nan_in_64", "--backend", "reference",
+                       "--json"])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    validation = json.loads(out.out)["validation"]
+    assert validation["passed"] and validation["reference"].startswith("float32 eager")
+    assert validation["max_rel_error"] < 1e-5
