@@ -82,15 +82,19 @@ def _concat(low, node, pieces, axis: int) -> Value:
     that pass through): each piece is a block-aligned slice of the result's axis,
     the other axes are the pieces' own (one kernel, :meth:`KernelEmitter.concat`).
     Pieces with a broadcast axis (a class token ``[1, 1, E]`` expanded over the
-    batch before the patches, a padding of one element) are placed instead."""
+    batch before the patches, a padding of one element), or cut where the axis's
+    blocks cannot fall (retried, as slices are), are placed instead."""
     first, planner, what = pieces[0], low.planner, node.name
     if any(p.rank != first.rank for p in pieces) or any(
             p.shape[:axis] + p.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]
             for p in pieces):
         raise ImportError_(f"cat of shapes {[list(p.shape) for p in pieces]} along axis "
                            f"{axis}: the other axes differ")
-    if any(p.axes[q] is None for p in pieces for q in range(first.rank)
-           if q == axis or (p.axes[q] is None) != (first.axes[q] is None)):
+    if what in low.by_selection or any(
+            p.axes[q] is None for p in pieces for q in range(first.rank)
+            if q == axis or (p.axes[q] is None) != (first.axes[q] is None)):
+        # A broadcast piece, or pieces whose edges no block falls on (a first
+        # lowering found them so: 4 + 4 rotary columns of an 8-wide block).
         return _placed(low, node, pieces, axis)
     for p in pieces:
         for q, (a, b) in enumerate(zip(first.axes, p.axes)):

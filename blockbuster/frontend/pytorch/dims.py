@@ -95,8 +95,7 @@ class DimPlanner:
         keep, drop = (ra, rb) if ra < rb else (rb, ra)
         ck, cd = self._classes[keep], self._classes[drop]
         if ck.block and cd.block and ck.block != cd.block:
-            raise ImportError_(f"{what}: an axis of {ck.size} is split into blocks of "
-                               f"{ck.block} and of {cd.block}", node=what)
+            self._blocks_conflict((ra, rb), ck.size, ck.block, cd.block, what)
         ck.block = ck.block or cd.block
         ck.point |= cd.point
         ck.tiled |= cd.tiled
@@ -107,9 +106,22 @@ class DimPlanner:
         c = self._classes[self.find(cid)]
         if self._resolved is None:
             if c.block not in (None, block):
-                raise ImportError_(f"{what}: an axis of {c.size} is split into blocks of "
-                                   f"{c.block} and of {block}", node=what)
+                self._blocks_conflict((self.find(cid),), c.size, c.block, block, what)
             c.block = block
+
+    def _blocks_conflict(self, roots, size: int, one: int, other: int, what: str):
+        """Raise for an axis asked for blocks of ``one`` and of ``other``: where a
+        slice's cut asked for the smaller (8 rotary columns of a 16-wide head whose
+        heads are merged back whole), :class:`UnalignedSlice` naming that slice, which
+        the next lowering takes through a selection matrix; else an import error."""
+        big = max(one, other)
+        for kind, a, align, part, cut in self._links:
+            if kind == "slice" and align and align % big and \
+                    (self.find(a) in roots or self.find(part) in roots):
+                raise UnalignedSlice(f"{what}: an axis of {size} is split into blocks of "
+                                     f"{one} and of {other}", node=cut)
+        raise ImportError_(f"{what}: an axis of {size} is split into blocks of {one} and "
+                           f"of {other}", node=what)
 
     def mark_point(self, cid: int) -> None:
         if self._resolved is None:
