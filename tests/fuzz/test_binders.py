@@ -138,8 +138,10 @@ def test_verifier_rejects_a_binder_shadowing_a_loop_variable():
 
 
 def test_verifier_rejects_a_binder_shadowing_another_binder():
+    # (Adding W's row blocks together needs M in blocks of equal extent: 8, not 7.)
     text = SHADOWING.replace("sum(m in M: dot(X[n, m], W[m, m]))",
-                             "sum(k in M: dot(X[n, k], sum(k in M: W[k, m])))")
+                             "sum(k in M: dot(X[n, k], sum(k in M: W[k, m])))").replace(
+        "dim M = 7 block 4", "dim M = 8 block 4")
     with pytest.raises(IRError, match=r"'k' in `sum\(k in M: W\[k, m\]\)` shadows the "
                                       r"enclosing binder 'k'"):
         bb.parse_program(text)
