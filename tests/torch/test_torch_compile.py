@@ -462,3 +462,45 @@ def test_generate_with_a_compiled_forward_and_a_key_value_cache():
     assert torch.equal(got, want)
     whole = [str(w.message) for w in caught if "whole graph" in str(w.message)]
     assert not whole, whole
+
+
+class _WritesInPlace(torch.nn.Module):
+    """An input scaled in place, a running mean kept in a buffer, a static cache
+    written at a position: what the next call (or the caller) reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(48, 48)
+        self.register_buffer("ema", torch.zeros(48))
+        self.register_buffer("cache", torch.zeros(2, 12, 48))
+
+    def forward(self, x, start: int):
+        x.mul_(2.0)
+        y = self.fc(x)
+        self.ema.mul_(0.9).add_(0.1 * y.mean((0, 1)))
+        self.cache[:, start:start + x.shape[1]] = y
+        return y - self.ema + self.cache[:, :start + x.shape[1]].sum(1, keepdim=True)
+
+
+def test_in_place_writes_to_inputs_and_buffers_stay_in_pytorch():
+    """Programs compute outputs only: a graph that writes an input or a buffer in
+    place is left to PyTorch (it returned the write as its output, the input and
+    buffers untouched), with a warning that says why."""
+    import copy
+
+    from blockbuster.frontend.pytorch import ImportError_, lower_module
+    torch.manual_seed(0)
+    eager = _WritesInPlace().eval()
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for start in (0, 4):
+            x = torch.randn(2, 4, 48)
+            xa, xb = x.clone(), x.clone()
+            assert _close(compiled(xb, start), eager(xa, start))
+            assert torch.equal(xa, xb)                        # doubled in both
+    assert torch.allclose(model.ema, eager.ema) and torch.allclose(model.cache, eager.cache)
+    assert any("in place" in str(w.message) for w in caught)
+    with pytest.raises(ImportError_, match="updates .*buffer 'ema'.* in place"):
+        lower_module(_WritesInPlace().eval(), torch.randn(2, 4, 48), 0)

@@ -89,7 +89,9 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
             for op in kept_ops(torch):
                 table.pop(op, None)
             table.update(extra_decompositions(torch))
-            return ep.run_decompositions(table)
+            ep = ep.run_decompositions(table)
+            _refuse_mutations(ep)           # functionalised: writes are outputs now
+            return ep
     except ImportError_:
         raise
     except Exception as exc:
@@ -98,6 +100,22 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
                            f"{_grouped_inputs_hint(example_inputs)}") from None
     finally:
         module.train(was_training)
+
+
+def _refuse_mutations(ep) -> None:
+    """An import error where the model writes an input or a buffer in place
+    (``x.mul_(2)``, a running mean, a static key/value cache, BatchNorm in training
+    mode): the programs compute outputs only, so the write would be lost, and with it
+    what the model's next call reads (under ``torch.compile`` such a graph stays in
+    PyTorch)."""
+    sig = ep.graph_signature
+    inputs = sorted(set(getattr(sig, "user_inputs_to_mutate", {}).values()))
+    buffers = sorted(set(getattr(sig, "buffers_to_mutate", {}).values()))
+    if inputs or buffers:
+        what = ", ".join([f"input '{n}'" for n in inputs] + [f"buffer '{n}'" for n in buffers])
+        raise ImportError_(f"the model updates {what} in place: in-place writes to inputs "
+                           f"and buffers are not supported (write the new value to an "
+                           f"output instead)")
 
 
 def _grouped_inputs_hint(example_inputs) -> str:
