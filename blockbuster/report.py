@@ -122,6 +122,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
         "blocks": {d.name: d.block for d in program.dims},
         "tuning": tuning,
         "seed": seed,
+        "inputs_file": inputs_file,
         "before": _program_summary(program, before),
         "after": _program_summary(fused, after),
         "compulsory_bytes": after.compulsory_bytes,
@@ -199,6 +200,12 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def _inputs_text(r: dict) -> str:
+    given = r.get("inputs_file")
+    return (f"inputs from {given}, seed {r['seed']} for any not in it" if given
+            else f"seed {r['seed']}")
+
+
 def _baseline_text(v: dict) -> str:
     b = v.get("baseline_rel_error")
     return "" if b is None else f"; unfused float32 {_error(b)}"
@@ -264,7 +271,7 @@ def format_report(r: dict[str, Any]) -> str:
     verdict = "passed" if v["passed"] else "FAILED"
     lines.append(f"validation      {verdict}: max abs error {_error(v['max_abs_error'])}, "
                  f"max rel error {_error(v['max_rel_error'])} "
-                 f"(tolerance {v['tolerance']:g}{_baseline_text(v)}, seed {r['seed']})")
+                 f"(tolerance {v['tolerance']:g}{_baseline_text(v)}, {_inputs_text(r)})")
     if v.get("reference", "float64") != "float64":
         lines.append(f"  against       {v['reference']}")
     if v.get("non_finite_values"):

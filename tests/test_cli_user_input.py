@@ -116,6 +116,9 @@ def test_run_saves_the_fused_outputs_by_name(tmp_path, monkeypatch, capsys):
     saved = np.load(tmp_path / "out.npz")
     assert list(saved) == ["Y"] and saved["Y"].shape == (100,)
     np.testing.assert_allclose(saved["Y"], np.exp(a.astype(np.float64)), rtol=1e-6)
+    # The report says where the inputs came from, not only the seed.
+    assert cli.main(["run", "p.bbp", "--backend", "reference", "--inputs", "in.npz"]) == 0
+    assert "inputs from in.npz, seed 0 for any not in it)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name,fragment", [("out.txt", "the file name must end in .npz"),
