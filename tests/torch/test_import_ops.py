@@ -855,3 +855,20 @@ def test_rotary_embeddings_on_part_of_a_narrow_head(chunked):
     got, _, _ = run_imported(model, x, fuse=True)
     want = float64_reference(model, x).numpy()
     assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5
+
+
+@pytest.mark.parametrize("tq,tk", [(9, 29), (29, 11)])
+def test_causal_attention_with_fewer_or_more_queries_than_keys(tq, tk):
+    """PyTorch's ``is_causal`` for a rectangle of scores is aligned to the top left
+    (query i sees keys 0..i); it was an import error."""
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, t, 16) * s for t, s in ((tq, 3), (tk, 3), (tk, 1e3)))
+    got, _, _ = run_imported(attend, q, k, v, fuse=True)
+    q64, k64, v64 = (t.double().numpy() for t in (q, k, v))
+    scores = q64 @ k64.transpose(0, 1, 3, 2) / 4.0
+    scores[..., ~np.tril(np.ones((tq, tk), dtype=bool))] = -np.inf
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v64
+    assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5

@@ -29,9 +29,18 @@ def attention(low, node, q: Value, k: Value, v: Value, mask, is_causal: bool, sc
         scale = 1.0 / math.sqrt(q.shape[-1])
     if mask is not None and _is_causal_mask(low, node, mask, q.shape[-2], k.shape[-2]):
         mask, is_causal = None, True
+    if is_causal and q.shape[-2] != k.shape[-2]:
+        if mask is not None:
+            raise ImportError_(f"{what}: is_causal with a mask and {q.shape[-2]} queries "
+                               f"of {k.shape[-2]} keys")
+        # PyTorch's causal mask for fewer or more queries than keys is aligned to the
+        # top left (query i sees keys 0..i): a constant additive mask, not the
+        # causal loop ranges, which need the rows and keys in one dimension.
+        tq, tk = q.shape[-2], k.shape[-2]
+        below = np.tril(np.ones((tq, tk), dtype=bool))
+        mask = low.constant(node, f"causal_{what}", np.where(below, 0.0, -np.inf))
+        is_causal = False
     if is_causal:
-        if q.shape[-2] != k.shape[-2]:
-            raise ImportError_(f"{what}: causal attention needs as many keys as queries")
         low.planner.unify(q.axes[-2], k.axes[-2], what)
     if mask is not None and mask.loader is None:
         raise ImportError_(f"{what}: a scalar attention mask")
