@@ -101,6 +101,8 @@ def test_changed_parameters_are_seen():
         after = compiled(x)
         assert _close(after, model(x))
         assert not _close(after, before)
+        model.up.bias.data = torch.randn(model.up.bias.shape)   # a new tensor, no _version
+        assert _close(compiled(x), model(x))
 
 
 def test_weight_preparation_runs_once_not_on_every_call(monkeypatch):
