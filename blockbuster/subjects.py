@@ -213,6 +213,11 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
 
     from .frontend.pytorch import lower_module
     low = lower_module(model, *example, blocks=blocks or None)
+    known = {d.name for d in low.program.dims}
+    for name in blocks or {}:
+        if name not in known:          # a typo would run at the default blocks unsaid
+            raise UsageError(f"{label}: no dimension {name} (dimensions: "
+                             f"{', '.join(sorted(known))})")
     program = low.program.evolve(params=dict(low.weights))
     # tensors are the program's inputs; other arguments (a Python float) were
     # specialised by the export and are passed to the eager model as given

@@ -624,3 +624,24 @@ def test_models_that_break_in_float64_are_validated_all_the_same(tmp_path, monke
     validation = json.loads(out.out)["validation"]
     assert validation["passed"] and validation["reference"].startswith("float32 eager")
     assert validation["max_rel_error"] < 1e-5
+
+
+def test_a_block_for_a_dimension_the_model_does_not_have_is_refused(tmp_path, monkeypatch,
+                                                                     capsys):
+    """``--block Nope=8`` on a model ran at the default blocks and reported the block
+    as given; a workload refuses it, and so does a model now (naming its dimensions)."""
+    import textwrap
+
+    from blockbuster import cli
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "lin.py").write_text(textwrap.dedent("""
+        import torch
+
+        def model():
+            return torch.nn.Linear(40, 24), (torch.randn(7, 40),)
+    """))
+    status = cli.main(["run", f"{tmp_path / 'lin.py'}:model", "--backend", "reference",
+                       "--block", "Nope=8"])
+    err = capsys.readouterr().err
+    assert status == 2 and "no dimension Nope (dimensions: " in err and "N40" in err, err
+    assert "Traceback" not in err
