@@ -153,7 +153,6 @@ class TypeChecker:
             self._fail(e, where, f"{a.combiner}: {err}")
         return outs[0] if len(outs) == 1 else TupleType(tuple(outs))
 
-
     def _check_blocks_combined(self, e: Expr, passengers, inner: Scope, where: str) -> None:
         """A reduction over ``d`` combines its passengers' blocks of successive
         indices element by element; a passenger with an axis of ``d`` itself (``sum(n
