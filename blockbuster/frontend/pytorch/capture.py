@@ -30,8 +30,10 @@ def extra_decompositions(torch) -> dict:
     """Operators torch.export keeps whole that the importer takes as their
     decompositions (torch's own, into means, variances and elementwise arithmetic):
     batch norm (its running statistics in eval mode, the batch's otherwise:
-    ``F.instance_norm``), group norm."""
+    ``F.instance_norm``), group norm. ``einsum`` of two operands is the importer's own
+    (:mod:`.einsum`: matmuls over batch axes, no merged axes)."""
     from torch._decomp import decomposition_table
+    from .einsum import decompose_einsum
     aten = torch.ops.aten
     wanted = [("_native_batch_norm_legit_no_training", "default"),
               ("_native_batch_norm_legit", "default"),
@@ -43,6 +45,7 @@ def extra_decompositions(torch) -> dict:
         op = getattr(getattr(aten, packet, None), overload, None)
         if op is not None and op in decomposition_table:
             table[op] = decomposition_table[op]
+    table[torch.ops.aten.einsum.default] = decompose_einsum(torch)
     return table
 
 

@@ -1,0 +1,94 @@
+"""``torch.einsum`` of two operands as matmuls over broadcast batch axes, never as
+reshapes that merge axes.
+
+PyTorch's own decomposition flattens every group of indices into one axis (all the
+contracted indices into one K, all of an operand's free indices into one row or
+column axis) and calls ``bmm``. The importer cannot always take those flattened
+axes: ``einsum("bhtd,hde->bte", o, w_o)`` (an output projection over per-head
+weights) contracts over (d, h) merged with the heads innermost, and a head is
+iterated one index at a time while ``d`` is tiled into blocks, so no block of the
+merged axis exists. Here each index keeps its own axis instead: one contracted index
+is the matmul's K, one free index of each operand its rows and columns, and every
+other index a batch axis of the matmul (broadcast where an operand lacks it), the
+other contracted ones summed after the product. The FLOPs are the same.
+"""
+
+from __future__ import annotations
+
+
+def decompose_einsum(torch):
+    """The decomposition of ``aten.einsum.default`` (torch's own for what it does not
+    cover: one or three or more operands, ``...``, implicit outputs, an index twice in
+    one operand)."""
+    def einsum(equation, tensors, *, path=None):
+        plan = _two_operand_plan(equation, tensors)
+        if plan is None:
+            return torch.ops.aten.einsum.default.decompose(equation, tensors, path=path)
+        return _contract(torch, *plan)
+    return einsum
+
+
+def _two_operand_plan(equation: str, tensors):
+    eq = equation.replace(" ", "")
+    if "->" not in eq or "." in eq or len(tensors) != 2:
+        return None
+    ins, out = eq.split("->")
+    subs = ins.split(",")
+    if len(subs) != 2 or any(len(set(s)) != len(s) for s in subs + [out]):
+        return None
+    if any(len(s) != t.dim() for s, t in zip(subs, tensors)):
+        return None
+    return tensors[0], subs[0], tensors[1], subs[1], out
+
+
+def _sum_unshared(torch, t, sub: str, other: str, out: str):
+    """Indices in only this operand and not in the output: summed away first."""
+    gone = [p for p, i in enumerate(sub) if i not in other and i not in out]
+    if gone:
+        t = torch.sum(t, dim=gone)
+        sub = "".join(i for i in sub if i in other or i in out)
+    return t, sub
+
+
+def _arrange(torch, t, sub: str, order: list):
+    """``t`` with its axes in ``order`` (an index it lacks: a size-1 axis)."""
+    present = [i for i in order if i is not None and i in sub]
+    if present != list(sub):
+        t = torch.permute(t, [sub.index(i) for i in present])
+    for p, i in enumerate(order):
+        if i is None or i not in sub:
+            t = torch.unsqueeze(t, p)
+    return t
+
+
+def _contract(torch, a, sa: str, b, sb: str, out: str):
+    a, sa = _sum_unshared(torch, a, sa, sb, out)
+    b, sb = _sum_unshared(torch, b, sb, sa, out)
+    contracted = [i for i in sa if i in sb and i not in out]
+    if not contracted:                      # an outer or element-wise product
+        order = list(out)
+        return torch.mul(_arrange(torch, a, sa, order), _arrange(torch, b, sb, order))
+    k = contracted[-1]                       # a's innermost contracted index: the K
+    # rows and columns: each operand's free index that comes last in the output (the
+    # output's own matrix axes where it has them), the rest batch axes
+    rows = [i for i in out if i in sa and i not in sb]
+    cols = [i for i in out if i in sb and i not in sa]
+    r = rows[-1] if rows else None
+    c = cols[-1] if cols else None
+    summed = contracted[:-1]
+    lead = [i for i in out if i not in (r, c)] + summed
+    prod = torch.matmul(_arrange(torch, a, sa, lead + [r, k]),
+                        _arrange(torch, b, sb, lead + [k, c]))
+    axes = lead + [r, c]
+    if c is None:
+        prod = torch.squeeze(prod, -1)
+        axes.pop()
+    if r is None:
+        prod = torch.squeeze(prod, -1 if c is None else -2)
+        axes.remove(None)
+    if summed:
+        prod = torch.sum(prod, dim=[axes.index(i) for i in summed])
+        axes = [i for i in axes if i not in summed]
+    if axes != list(out):
+        prod = torch.permute(prod, [axes.index(i) for i in out])
+    return prod
