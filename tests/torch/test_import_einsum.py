@@ -17,9 +17,10 @@ SIZES = dict(b=2, h=3, t=5, s=7, d=4, e=6, f=9, i=2, j=3, k=4)
 @pytest.mark.parametrize("equation", [
     "bhtd,hde->bte", "bte,ehd->bhtd", "bte,edh->bhtd", "bte,ef->btf", "ij,jk->ki",
     "bhtd,bhsd->bhts", "bij,bjk->bik", "ijk,jk->i", "ik,j->ijk", "ij,ij->", "i,i->",
-    "b t e , e f -> b f t", "ij,k->i", "...e,ef->...f", "ii->i"])
+    "b t e , e f -> b f t", "ij,k->i", "...e,ef->...f", "...hd,hde->...e", "b...d,bd->b...", "...d,d->...",
+    "ii->i"])
 def test_decomposition_computes_what_torch_einsum_computes(equation):
-    ins = equation.replace(" ", "").replace("...", "b").split("->")[0].split(",")
+    ins = equation.replace(" ", "").replace("...", "ts").split("->")[0].split(",")
     torch.manual_seed(0)
     tensors = [torch.randn(*[SIZES[c] if c != "i" or s != "ii" else 3 for c in s])
                for s in ins]

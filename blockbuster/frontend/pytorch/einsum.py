@@ -18,8 +18,8 @@ from __future__ import annotations
 
 def decompose_einsum(torch):
     """The decomposition of ``aten.einsum.default`` (torch's own for what it does not
-    cover: one or three or more operands, ``...``, implicit outputs, an index twice in
-    one operand)."""
+    cover: one or three or more operands, implicit outputs, an index twice in one
+    operand, a shared index broadcast from size 1)."""
     def einsum(equation, tensors, *, path=None):
         plan = _two_operand_plan(equation, tensors)
         if plan is None:
@@ -30,15 +30,39 @@ def decompose_einsum(torch):
 
 def _two_operand_plan(equation: str, tensors):
     eq = equation.replace(" ", "")
-    if "->" not in eq or "." in eq or len(tensors) != 2:
+    if "->" not in eq or len(tensors) != 2:
         return None
     ins, out = eq.split("->")
     subs = ins.split(",")
-    if len(subs) != 2 or any(len(set(s)) != len(s) for s in subs + [out]):
+    if len(subs) != 2:
+        return None
+    if "..." in eq:
+        subs, out = _spell_ellipsis(subs, out, tensors)
+    if subs is None or "." in "".join(subs) + out \
+            or any(len(set(s)) != len(s) for s in subs + [out]):
         return None
     if any(len(s) != t.dim() for s, t in zip(subs, tensors)):
         return None
+    size = {}
+    for s, t in zip(subs, tensors):          # a shared index has one size (no broadcast)
+        for i, n in zip(s, t.shape):
+            if size.setdefault(i, n) != n:
+                return None
     return tensors[0], subs[0], tensors[1], subs[1], out
+
+
+def _spell_ellipsis(subs: list, out: str, tensors):
+    """``...`` written out as letters the equation does not use, aligned from the
+    right as broadcasting aligns them; (None, out) where they do not fit."""
+    spare = [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+             if c not in "".join(subs) + out]
+    counts = [t.dim() - (len(s) - 3) if "..." in s else 0 for s, t in zip(subs, tensors)]
+    n = max(counts)
+    if min(counts) < 0 or n > len(spare):
+        return None, out
+    letters = spare[:n]
+    subs = [s.replace("...", "".join(letters[n - k:])) for s, k in zip(subs, counts)]
+    return subs, out.replace("...", "".join(letters))
 
 
 def _sum_unshared(torch, t, sub: str, other: str, out: str):
