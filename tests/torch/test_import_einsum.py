@@ -17,7 +17,8 @@ SIZES = dict(b=2, h=3, t=5, s=7, d=4, e=6, f=9, i=2, j=3, k=4)
 @pytest.mark.parametrize("equation", [
     "bhtd,hde->bte", "bte,ehd->bhtd", "bte,edh->bhtd", "bte,ef->btf", "ij,jk->ki",
     "bhtd,bhsd->bhts", "bij,bjk->bik", "ijk,jk->i", "ik,j->ijk", "ij,ij->", "i,i->",
-    "b t e , e f -> b f t", "ij,k->i", "...e,ef->...f", "...hd,hde->...e", "b...d,bd->b...", "...d,d->...",
+    "b t e , e f -> b f t", "ij,k->i", "...e,ef->...f", "...hd,hde->...e", "b...d,bd->b...", "...d,d->...", "ij,jk,kd->id",
+    "bte,ef,bf->bt", "i,j,k->ijk",
     "ii->i"])
 def test_decomposition_computes_what_torch_einsum_computes(equation):
     ins = equation.replace(" ", "").replace("...", "ts").split("->")[0].split(",")

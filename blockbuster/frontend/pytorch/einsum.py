@@ -1,4 +1,4 @@
-"""``torch.einsum`` of two operands as matmuls over broadcast batch axes, never as
+"""``torch.einsum`` as matmuls over broadcast batch axes, never as
 reshapes that merge axes.
 
 PyTorch's own decomposition flattens every group of indices into one axis (all the
@@ -17,24 +17,35 @@ from __future__ import annotations
 
 
 def decompose_einsum(torch):
-    """The decomposition of ``aten.einsum.default`` (torch's own for what it does not
-    cover: one or three or more operands, implicit outputs, an index twice in one
-    operand, a shared index broadcast from size 1)."""
+    """The decomposition of ``aten.einsum.default``: operands contracted two at a time,
+    left to right (torch's own decomposition for what this does not cover: one
+    operand, an implicit output, an index twice in one operand, a shared index
+    broadcast from size 1)."""
     def einsum(equation, tensors, *, path=None):
-        plan = _two_operand_plan(equation, tensors)
+        plan = _plan(equation, tensors)
         if plan is None:
             return torch.ops.aten.einsum.default.decompose(equation, tensors, path=path)
-        return _contract(torch, *plan)
+        subs, out = plan
+        acc, sacc = tensors[0], subs[0]
+        for p in range(1, len(tensors)):
+            later = "".join(subs[p + 1:])
+            keep = out if not later else \
+                "".join(i for i in dict.fromkeys(out + sacc + subs[p])
+                        if i in later + out and i in sacc + subs[p])
+            acc, sacc = _contract(torch, acc, sacc, tensors[p], subs[p], keep), keep
+        return acc
     return einsum
 
 
-def _two_operand_plan(equation: str, tensors):
+def _plan(equation: str, tensors):
+    """(each operand's indices, the output's) of an explicit equation of two or more
+    operands, or None."""
     eq = equation.replace(" ", "")
-    if "->" not in eq or len(tensors) != 2:
+    if "->" not in eq or len(tensors) < 2:
         return None
     ins, out = eq.split("->")
     subs = ins.split(",")
-    if len(subs) != 2:
+    if len(subs) != len(tensors):
         return None
     if "..." in eq:
         subs, out = _spell_ellipsis(subs, out, tensors)
@@ -48,7 +59,7 @@ def _two_operand_plan(equation: str, tensors):
         for i, n in zip(s, t.shape):
             if size.setdefault(i, n) != n:
                 return None
-    return tensors[0], subs[0], tensors[1], subs[1], out
+    return subs, out
 
 
 def _spell_ellipsis(subs: list, out: str, tensors):
