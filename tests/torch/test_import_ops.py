@@ -407,6 +407,25 @@ def test_running_sums_along_any_axis():
             assert max_rel_error(g.reshape(wnt.shape), wnt) < 1e-5
 
 
+def test_running_mean_over_positions_then_a_linear_layer():
+    """A running mean over the positions of ``[B, T, E]`` features feeding a Linear:
+    the cumsum is a matmul over T, so E stays tiled for the Linear (it was an
+    import error blaming the Linear: "a matrix axis of 48 is also a batch axis")."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(48, 33)
+
+    def f(x):
+        steps = torch.arange(1, x.shape[1] + 1, dtype=x.dtype)[:, None]
+        return lin(torch.cumsum(x, dim=1) / steps)
+    x = torch.randn(2, 37, 48) * 1e3 + 1e3
+    with torch.no_grad():
+        want = (np.cumsum(x.double().numpy(), axis=1) / np.arange(1, 38)[:, None]
+                ) @ lin.weight.double().numpy().T + lin.bias.double().numpy()
+    for fuse in (False, True):
+        got, _, _ = run_imported(f, x, fuse=fuse, blocks={"N37": 16})
+        assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5
+
+
 def test_positions_numbered_past_padding_then_looked_up():
     """RoBERTa's position ids: a running count of the tokens that are not padding
     (``cumsum`` of a mask of integer token ids), then an embedding lookup and a

@@ -178,10 +178,13 @@ def _any_all(low, node, x, dims=None, keepdim=False):
 @handles("cumsum.default")
 def _cumsum(low, node, x, dim, dtype=None):
     """Running sums along ``dim``: ``out[t] = Σ_s x[s]·U[s, t]`` with the constant
-    upper-triangular 0/1 matrix ``U``, a broadcast product summed over ``s`` (not a
-    matmul: the rows of ``[B, T]`` token ids are a batch iterated one index at a
-    time), as RoBERTa-style models number the tokens that are not padding. Exact on
-    integer counts (below 2^24); floats are summed in blocks, not left to right."""
+    upper-triangular 0/1 matrix ``U``. Along one of the last two axes that is a
+    matmul (``x @ U``, ``Uᵀ @ x``: a running mean over the positions of ``[B, T, E]``
+    features keeps both tiled for a Linear after it; where the rows turn out to be a
+    batch, as RoBERTa-style models number the tokens of ``[B, T]`` ids that are not
+    padding, the matmul is a broadcast product itself); along a leading axis a
+    broadcast product summed over ``s``. Exact on integer counts (below 2^24);
+    floats are summed in blocks, not left to right."""
     axis = dim % x.rank
     n = x.shape[axis]
     if n == 1:
@@ -189,13 +192,19 @@ def _cumsum(low, node, x, dim, dtype=None):
     if x.axes[axis] is None:
         raise ImportError_("cumsum along a broadcast axis")
     last = x.rank - 1
-    perm = list(range(x.rank))
-    perm[axis], perm[last] = perm[last], perm[axis]
-    moved = V.permute(x, perm) if axis != last else x
-    upper = low.constant(node, f"cumsum_{node.name}", np.triu(np.ones((n, n))))
-    prod = low.k.elementwise("mul", [V.insert_axis(moved, moved.rank), upper], node.name)
-    out = low.k.reduce("sum", prod, prod.rank - 2, node.name)
-    return V.permute(out, perm) if axis != last else out
+    if axis == last and x.rank >= 2 and x.axes[last - 1] is not None \
+            and x.shape[last - 1] > 1:
+        upper = low.constant(node, f"cumsum_{node.name}", np.triu(np.ones((n, n))))
+        return low.k.matmul(x, upper, node.name)
+    if axis == last - 1 and x.shape[last] > 1 and x.axes[last] is not None:
+        lower = low.constant(node, f"cumsum_{node.name}", np.tril(np.ones((n, n))))
+        return low.k.matmul(lower, x, node.name)
+    # out[.., t, ..] = Σ_s x[.., s, 1, ..]·U[s, t]: the axes after it broadcast
+    upper = np.triu(np.ones((n, n))).reshape((n, n) + (1,) * (last - axis))
+    prod = low.k.elementwise("mul", [V.insert_axis(x, axis + 1),
+                                     low.constant(node, f"cumsum_{node.name}", upper)],
+                             node.name)
+    return low.k.reduce("sum", prod, axis, node.name)
 
 
 @handles("_softmax.default", "softmax.int")
