@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..ir.expr import Expr
+from ..ir.index import IVar
 from ..ir.program import Program
 from ..ir.walk import binder_of
 from .action_base import Application
@@ -14,10 +15,9 @@ from .subst import replace_in_kernel, substitute_index
 
 # --- inline ---------------------------------------------------------------------
 
-def producer_value_at(program: Program, load: Expr) -> Expr:
-    """What ``load`` reads, computed instead: the producer's stored expression with
-    its loop variables (and map variables for ':' subscripts) set to the load's
-    subscripts."""
+def _peeled(program: Program, load: Expr) -> tuple[dict, Expr]:
+    """(the producer's loop and map variables -> the load's subscripts, the stored
+    value under the maps that ':' subscripts peel off)."""
     array = load.attr.array
     kernel = program.producer(array)
     store = next(s for s in kernel.stores if s.array == array)
@@ -29,6 +29,14 @@ def producer_value_at(program: Program, load: Expr) -> Expr:
             value = value.args[0]
         else:
             mapping[sub.name] = ix
+    return mapping, value
+
+
+def producer_value_at(program: Program, load: Expr) -> Expr:
+    """What ``load`` reads, computed instead: the producer's stored expression with
+    its loop variables (and map variables for ':' subscripts) set to the load's
+    subscripts."""
+    mapping, value = _peeled(program, load)
     # The map variables were peeled off above; substitute loops and maps together.
     return substitute_index(value, mapping)
 
@@ -65,11 +73,22 @@ def _peelable(program: Program, array: str) -> bool:
     return True
 
 
+def _reindexable(program: Program, load: Expr) -> bool:
+    """Whether the producer's value can take the load's subscripts: ``get`` and
+    ``runmax`` name a loop or map variable, so one read at a computed index (a
+    key/value head ``h // 2`` of a program fused once already) cannot be inlined."""
+    mapping, value = _peeled(program, load)
+    computed = {v for v, ix in mapping.items() if not isinstance(ix, IVar)}
+    return not computed or not any(n.op in ("get", "runmax") and n.attr in computed
+                                   for n in value.walk())
+
+
 def find_inline(program: Program) -> Iterator[Application]:
     produced = {a for k in program.kernels for a in k.writes()}
     for kernel in program.kernels:
         for node in _loads(kernel):
-            if node.attr.array in produced and _peelable(program, node.attr.array):
+            if node.attr.array in produced and _peelable(program, node.attr.array) \
+                    and _reindexable(program, node):
                 yield _inline_application(program, kernel, node)
 
 

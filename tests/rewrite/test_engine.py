@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+import blockbuster as bb
+
 from blockbuster.backends.reference import run_program
 from blockbuster.dsl.loader import default_rules, load_rules_text
 from blockbuster.frontend.workloads import workload
@@ -141,3 +143,20 @@ def test_rules_that_undo_each_other_end_their_phase_with_the_reason():
     result = bb.fuse(program, rules=mixed)
     assert result.stop_reason == "cycle"
     assert len(result.program.kernels) < len(program.kernels)     # fusion went on
+
+
+@pytest.mark.parametrize("name", ["attention", "layernorm_matmul", "rmsnorm_ffn_swiglu",
+                                  "paper_figure", "llama_block"])
+def test_a_fused_program_read_back_fuses_again_to_the_same_outputs(name):
+    """A user may save a fused program and fuse it again. A read at a computed
+    index (GQA's key/value head ``h // 2``) of a value that picks a map element
+    with ``get`` cannot be inlined there; that inline crashed the engine
+    ("get(.., g) cannot be re-indexed by h // 2") instead of being passed over."""
+    program = workload(name)
+    once = bb.parse_program(bb.format_program(bb.fuse(program).program))
+    twice = bb.fuse(once).program
+    inputs = random_inputs(program, seed=5)
+    want = run_program(program, inputs, dtype=np.float64)
+    got = run_program(twice, inputs, dtype=np.float64)
+    for out in program.outputs:
+        np.testing.assert_allclose(got[out], want[out], rtol=1e-9, atol=1e-9)
