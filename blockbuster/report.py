@@ -264,8 +264,12 @@ def format_report(r: dict[str, Any]) -> str:
                      f"{piece['kernels'][-1]}) -> {', '.join(piece['fused_kernels'])}: {rules}")
     if r.get("verified_steps") is not None:
         n = r["verified_steps"]
-        lines.append(f"verified steps  {n} step{'' if n == 1 else 's'} of fusing a small ragged "
-                     "copy, each left the outputs unchanged (reference interpreter, float64)")
+        lines.append(f"verified steps  {n} step{'' if n == 1 else 's'} of fusing "
+                     f"{r.get('verified_on', 'a small ragged copy')}, each left the outputs "
+                     "unchanged (reference interpreter, float64)")
+        if r.get("unverified_rules"):
+            lines.append(f"  not verified  {', '.join(r['unverified_rules'])}: applied at these "
+                         "sizes, never on the small copy")
     if not after["fits"]:
         lines.append("warning         the fused program does not fit the local tier")
     verdict = "passed" if v["passed"] else "FAILED"

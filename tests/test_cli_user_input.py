@@ -88,6 +88,23 @@ def test_verify_steps_says_what_it_verified(capsys):
     assert count > 5 and "left the outputs unchanged" in lines[0]
 
 
+def test_verify_steps_checks_a_rule_the_small_copy_never_applies(tmp_path, capsys):
+    """The small copy of attention has another head size, so another 1/√D constant:
+    a rule matching the real one (0.125 at D = 64) never applied to the copy, and
+    every checked step passed while the real fusion was wrong. Such steps are now
+    checked at the real sizes."""
+    rules = tmp_path / "scale.bbr"
+    rules.write_text('include "default.bbr"\n'
+                     "rule bad_scale: mul(a, 0.125) => mul(a, 0.25)\n"
+                     "phase tidy: bad_scale\n"
+                     "schedule: tidy, fuse, algebra, safety, merge, cancel, hold, "
+                     "interchange, remerge, prepare\n")
+    err = _fails(["run", "attention", "--size", "N=40", "--rules", str(rules),
+                  "--trust-rules", "--verify-steps", "--tune", "off",
+                  "--backend", "reference"], capsys, status=1)
+    assert err.startswith("error: step 1: rule 'bad_scale'") and "changed output O" in err
+
+
 SMALL = ["attention", "--size", "N=40", "--size", "D=8", "--backend", "reference"]
 
 

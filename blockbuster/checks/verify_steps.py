@@ -26,10 +26,13 @@ class StepVerifier:
         self.expected = run_program(program, self.inputs, dtype=np.float64)
         self.tolerance = tolerance
         self.checked = 0
+        self.rules: set[str] = set()      # the rules of the steps checked
+        self.where = "the program at its own sizes"       # for the report
 
     def __call__(self, step) -> None:
         outputs = run_program(step.program_after, self.inputs, dtype=np.float64)
         self.checked += 1
+        self.rules.add(step.rule)
         for name, want in self.expected.items():
             got = outputs[name]
             classes = _finite_class(want) != _finite_class(got)
