@@ -162,7 +162,7 @@ def _verify_small_copy(args, rules, limits, hardware):
 
 #: --verify-steps checks at the real sizes (when the small copy missed a rule) only
 #: programs whose inputs, outputs and float64 reference take at most this many bytes.
-_FULL_SIZE_VERIFY_BYTES = 256 << 20
+_FULL_SIZE_VERIFY_BYTES = 64 << 20
 
 
 def check_outputs_path(path: str, inputs: str | None) -> None:

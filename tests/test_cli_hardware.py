@@ -87,8 +87,9 @@ def test_run_fuses_and_reports_with_the_chosen_backend(small_cache, capsys):
     assert report["backend"] == "small-cache"
     assert report["hardware"] == SMALL_CACHE.as_dict()
     assert report["verified_steps"] > 0 and report["validation"]["passed"]
-    # The checked small copy and the real run both fused for the backend's hardware.
-    assert small_cache == [SMALL_CACHE, SMALL_CACHE]
+    # The checked small copy (and the real sizes, for rules only they apply) and the
+    # real run all fused for the backend's hardware.
+    assert len(small_cache) >= 2 and all(h == SMALL_CACHE for h in small_cache)
     assert "kernel Y for m in M, n in N:" in report["fused_program"]
     # The text report names the hardware too.
     assert cli.main(["run", *LAYERNORM, "--backend", "small-cache"]) == 0
