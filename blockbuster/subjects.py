@@ -242,11 +242,23 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
                 for b, o in zip(low.outputs, out)}
 
     def oracle(inputs: dict) -> dict:
-        return eager(inputs, torch.float64)
+        try:
+            return eager(inputs, torch.float64)
+        except Exception as err:       # noqa: BLE001 - the user's model, in float64
+            # A function (not a module) closing over float32 modules cannot be
+            # converted: validation falls back to float32 eager and says why.
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise OracleUnavailable(f"float64 eager fails ({type(err).__name__}: "
+                                    f"{first})") from None
 
     def baseline(inputs: dict) -> dict:
         return eager(inputs, torch.float32)
     return Subject(label, "torch", program, make_inputs, oracle, baseline)
+
+
+class OracleUnavailable(Exception):
+    """The float64 oracle cannot run (its message says why); the float32 baseline
+    is the reference then (:func:`.validate.validate_outputs`)."""
 
 
 def _like(t, example):

@@ -106,7 +106,14 @@ def validate_outputs(subject, outputs: Mapping[str, np.ndarray],
     that error: a deep program at large sizes carries more float32 rounding than
     :data:`DEFAULT_TOLERANCE` allows, and a fused program is held to what the unfused
     one achieves, not to a number that fits the small workloads."""
-    reference = subject.oracle(inputs)
+    from .subjects import OracleUnavailable
+    try:
+        reference = subject.oracle(inputs)
+    except OracleUnavailable as why:
+        if subject.baseline is None:
+            raise
+        result = compare(outputs, subject.baseline(inputs), DEFAULT_TOLERANCE)
+        return attrs.evolve(result, reference=f"float32 eager: {why}")
     tolerance = DEFAULT_TOLERANCE
     baseline_error = None
     if subject.baseline is not None:

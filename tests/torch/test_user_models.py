@@ -584,7 +584,8 @@ def test_models_that_break_in_float64_are_validated_all_the_same(tmp_path, monke
     """The oracle runs the model in float64: a tensor the model makes without a dtype
     is float64 too (XGLM's ``torch.full((), finfo(dtype).min)`` overflowed float32:
     an internal error), and a model whose float64 run gives NaN where float32 is
-    finite (MPT's padded sequence) is held to float32 eager, as the report says."""
+    finite (MPT's padded sequence), or that cannot run in float64 at all (a function
+    over float32 modules), is held to float32 eager, as the report says."""
     import json
     import textwrap
 
@@ -611,6 +612,11 @@ def test_models_that_break_in_float64_are_validated_all_the_same(tmp_path, monke
         def nan_in_64():
             torch.manual_seed(0)
             return NanIn64(), (torch.randn(5, 37),)
+
+        def closure():          # a function using a module it cannot convert
+            torch.manual_seed(0)
+            lin = torch.nn.Linear(16, 9)
+            return (lambda x: torch.relu(lin(x)) * 1e3), (torch.randn(10, 16),)
     """))
     status = cli.main(["run", f"{tmp_path / 'f64.py'}:floor", "--backend", "reference",
                        "--json"])
@@ -623,6 +629,14 @@ def test_models_that_break_in_float64_are_validated_all_the_same(tmp_path, monke
     assert status == 0, out.err
     validation = json.loads(out.out)["validation"]
     assert validation["passed"] and validation["reference"].startswith("float32 eager")
+    assert validation["max_rel_error"] < 1e-5
+    # a function over float32 modules fails in float64 (an internal error, exit 3)
+    status = cli.main(["run", f"{tmp_path / 'f64.py'}:closure", "--backend", "reference",
+                       "--json"])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    validation = json.loads(out.out)["validation"]
+    assert validation["passed"] and "float64 eager fails" in validation["reference"]
     assert validation["max_rel_error"] < 1e-5
 
 
