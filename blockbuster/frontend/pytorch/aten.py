@@ -47,9 +47,6 @@ def _reduce_axes(low, node, combiner: str, x: Value, dims, keepdim: bool,
                  scale: float | None = None) -> Value:
     """``combiner`` over every axis of ``dims``, one after another (``scale`` once)."""
     axes = _axes(x, dims)
-    if len(axes) == x.rank and not keepdim:
-        raise ImportError_(f"{str(node.target).split('.')[1]} over all axes to a single "
-                           f"number: keep an axis (keepdim=True or reduce fewer axes)")
     for i, axis in enumerate(axes):
         x = low.k.reduce(combiner, x, axis, node.name, keepdim,
                          scale=scale if i == 0 else None)
@@ -60,14 +57,14 @@ def _negated(low, node, x: Value) -> Value:
     return low.k.elementwise("neg", [x], node.name)
 
 
-@handles("mean.dim")
-def _mean(low, node, x, dims, keepdim=False, dtype=None):
+@handles("mean.dim", "mean.default")
+def _mean(low, node, x, dims=None, keepdim=False, dtype=None):
     count = math.prod(x.shape[a] for a in _axes(x, dims))
     return _reduce_axes(low, node, "sum", x, dims, keepdim, scale=1.0 / count)
 
 
-@handles("sum.dim_IntList")
-def _sum(low, node, x, dims, keepdim=False, dtype=None):
+@handles("sum.dim_IntList", "sum.default")
+def _sum(low, node, x, dims=None, keepdim=False, dtype=None):
     return _reduce_axes(low, node, "sum", x, dims, keepdim)
 
 
@@ -78,9 +75,6 @@ def _var(low, node, x, dims=None, correction=None, keepdim=False):
     batch and group norm's decompositions ask for them)."""
     what = str(node.target).split(".")[1]
     axes = _axes(x, dims)
-    if len(axes) == x.rank and not keepdim:
-        raise ImportError_(f"{what} over all axes to a single number: keep an axis "
-                           f"(keepdim=True or reduce fewer axes)")
     n = math.prod(x.shape[a] for a in axes)
     correction = 1 if correction is None else correction
     if n - correction <= 0:

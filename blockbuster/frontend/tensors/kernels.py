@@ -70,7 +70,11 @@ class KernelEmitter:
     def emit(self, hint: str, shape: Sequence[int], axes: Sequence[int | None],
              value: Callable[[Index], Expr], name: str | None = None) -> Value:
         """One kernel looping over the stored axes of a new array, storing ``value``."""
+        if not shape:                # a 0-d result: stored along one unit axis
+            one = self.emit(hint, (1,), (None,), lambda index: value(tuple(index[1:])), name)
+            return drop_axis(one, 0, self.planner)
         name = name or self.fresh(hint)
+        axes = self._unit_axis_to_store(shape, axes)
         loops, index, taken = [], [], set()
         for c in axes:
             if c is None:
@@ -97,6 +101,18 @@ class KernelEmitter:
                                    (Store(name, tuple(i for i in index if i is not None),
                                           value(tuple(index))),)))
         return out
+
+    def _unit_axis_to_store(self, shape, axes) -> tuple:
+        """``axes`` with the last size-1 axis stored (a point dimension of one index)
+        when none is: the statistics of one row (a LayerNorm over the pooled features
+        of a batch of one, an RMSNorm of a 1-D vector) have no other axis to store
+        them along."""
+        if any(c is not None for c in axes) or 1 not in shape:
+            return tuple(axes)
+        p = len(shape) - 1 - list(reversed(shape)).index(1)
+        unit = self.planner.new(1, "U")
+        self.planner.mark_point(unit)
+        return tuple(axes[:p]) + (unit,) + tuple(axes[p + 1:])
 
     # -- blocks --------------------------------------------------------------------------
     def tiled(self, v: Value) -> tuple[int, ...]:
