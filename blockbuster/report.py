@@ -144,6 +144,8 @@ def run_workload(target, sizes: dict[str, int] | None = None,
             "non_finite_values": validation.non_finite,
             "output_values": validation.values,
             "reference": validation.reference or "float64",
+            "non_finite_mismatches": validation.mismatched,
+            "first_non_finite_mismatch": validation.first_mismatch,
         },
         "timings": timings,
         "fused_program": format_program(fused),
@@ -278,7 +280,12 @@ def format_report(r: dict[str, Any]) -> str:
                  f"(tolerance {v['tolerance']:g}{_baseline_text(v)}, {_inputs_text(r)})")
     if v.get("reference", "float64") != "float64":
         lines.append(f"  against       {v['reference']}")
-    if v.get("non_finite_values"):
+    if v.get("non_finite_mismatches"):
+        k = v["non_finite_mismatches"]
+        lines.append(f"  non-finite    {k} output value{'' if k == 1 else 's'} differ from the "
+                     f"reference in being NaN or inf (the first: "
+                     f"{v['first_non_finite_mismatch']})")
+    elif v.get("non_finite_values"):
         n = v["non_finite_values"]
         lines.append(f"  non-finite    {n} of {v['output_values']} output values NaN or inf in the "
                      "float64 oracle too (matched, not measured: the inputs hold NaN or inf, "

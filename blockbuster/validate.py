@@ -55,6 +55,10 @@ class Validation:
     values: int = 0
     # What the outputs were compared with, where not the float64 oracle.
     reference: str | None = None
+    # Output values whose finiteness differs from the reference's (NaN where it is a
+    # number, a number where it is NaN, ...), and the first of them, in words.
+    mismatched: int = 0
+    first_mismatch: str | None = None
 
     def as_dict(self) -> dict:
         return attrs.asdict(self)
@@ -69,7 +73,8 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
     where it is infinite; anywhere else a non-finite output fails."""
     max_abs = max_rel = 0.0
     finite = True
-    non_finite = values = 0
+    non_finite = values = mismatched = 0
+    first = None
     for name, ref in reference.items():
         out = np.asarray(outputs[name], dtype=np.float64)
         ref = np.asarray(ref, dtype=np.float64)
@@ -80,22 +85,32 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
         ok = np.isfinite(ref)
         values += ok.size
         non_finite += int(ok.size - np.count_nonzero(ok))
-        if not np.all(np.isfinite(out[ok])) or not _same_non_finite(out[~ok], ref[~ok]):
+        differ = _finiteness_differs(out, ref)
+        if np.any(differ):
             finite = False
             max_abs = max_rel = float("inf")
+            mismatched += int(np.count_nonzero(differ))
+            if first is None:
+                at = tuple(int(i) for i in np.argwhere(differ)[0])
+                first = f"{name}[{', '.join(map(str, at))}] is {out[at]:g} where the " \
+                        f"reference is {ref[at]:g}"
             continue
         err = float(np.max(np.abs(out[ok] - ref[ok]))) if ok.any() else 0.0
         scale = float(np.max(np.abs(ref[ok]))) if ok.any() else 0.0
         max_abs = max(max_abs, err)
         max_rel = max(max_rel, err / scale if scale > 0 else err)
     return Validation(max_abs, max_rel, tolerance, finite and max_rel <= tolerance,
-                      non_finite=non_finite, values=values)
+                      non_finite=non_finite, values=values, mismatched=mismatched,
+                      first_mismatch=first)
 
 
-def _same_non_finite(out: np.ndarray, ref: np.ndarray) -> bool:
-    """``out`` is NaN where ``ref`` is NaN and equal to it where ``ref`` is ±inf."""
+def _finiteness_differs(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Where ``out`` is not finite though ``ref`` is, is not NaN where ``ref`` is NaN,
+    or is not the same infinity where ``ref`` is infinite."""
     nan = np.isnan(ref)
-    return bool(np.all(np.isnan(out[nan])) and np.all(out[~nan] == ref[~nan]))
+    inf = np.isinf(ref)
+    with np.errstate(invalid="ignore"):
+        return (~nan & ~inf & ~np.isfinite(out)) | (nan & ~np.isnan(out)) | (inf & (out != ref))
 
 
 def validate_outputs(subject, outputs: Mapping[str, np.ndarray],

@@ -111,6 +111,18 @@ def test_non_finite_outputs_pass_exactly_where_the_reference_has_them():
     assert compare({"Y": np.full((2, 2), np.nan)}, everything).passed
 
 
+def test_non_finite_mismatches_are_counted_and_the_first_one_named():
+    """The report said "NaN or inf in the float64 oracle too (matched ...)" when the
+    output held numbers there (a rule turning 0/0 into 1): such values are counted
+    now, and the first one is named."""
+    ref = {"Y": np.array([[1.0, np.nan], [np.nan, 2.0]])}
+    got = compare({"Y": np.array([[1.0, 1.0], [5.0, np.inf]])}, ref)
+    assert not got.passed and got.mismatched == 3 and got.non_finite == 2
+    assert got.first_mismatch == "Y[0, 1] is 1 where the reference is nan"
+    fine = compare({"Y": np.array([[1.0, np.nan], [np.nan, 2.0]])}, ref)
+    assert fine.passed and fine.mismatched == 0 and fine.first_mismatch is None
+
+
 def test_run_validates_a_masked_log_softmax(tmp_path):
     """`run PROGRAM.bbp --inputs` with -inf logits (masked positions): -inf outputs in
     the program and the oracle alike, so validation passes (exit 0)."""

@@ -46,7 +46,7 @@ RANGE_KINDS = ("empty", 1, 2, 3, 4, 5, 6, 7, "sub", "dependent", "dependent_inne
 #: Guards about values and structure; the others (cost model, arrays) cannot make a
 #: rewrite unsound, so the checker takes them as holding.
 SEMANTIC_GUARDS = {"invariant", "depends", "scalar", "vector", "block", "constant",
-                   "bounds_invariant", "whole", "reduces_over", "weights_only"}
+                   "positive", "bounds_invariant", "whole", "reduces_over", "weights_only"}
 
 
 def _guarded(rule: RuleDef, name: str) -> list[tuple]:
@@ -139,6 +139,9 @@ class InstanceBuilder:
         whole = {args[0] for args in _guarded(self.rule, "whole")}
         reduced = {args[0]: args[1] for args in _guarded(self.rule, "reduces_over")}
         weights_only = {args[0] for args in _guarded(self.rule, "weights_only")}
+        # positive(x): an exponential of the drawn values (in the check's extended
+        # precision exp(±1e4) is neither 0 nor inf)
+        positive = {args[0] for args in _guarded(self.rule, "positive")}
         for var, rname, kind in info.binders:
             bindings[var] = var
             if rname in bindings:
@@ -194,6 +197,8 @@ class InstanceBuilder:
             if name in reduced:
                 dim_name, lo, hi = bindings[reduced[name]]
                 bindings[name] = E.reduce("sum", "__red", dim_name, bindings[name], lo=lo, hi=hi)
+            if name in positive:
+                bindings[name] = E.call("exp", bindings[name])
             inputs_text.append(f"{name}: {typ}" + (f" (varies with {', '.join(v for v, _ in deps)})"
                                                    if deps else ""))
         if len(axes) == 0:
@@ -282,7 +287,8 @@ def _range_text(rname, dim, lo, hi) -> str:
 
 # --------------------------------------------------------------------- values
 
-VALUE_KINDS = ("normal", "positive", "near_zero", "large", "wide", "positive_wide")
+VALUE_KINDS = ("normal", "positive", "near_zero", "large", "wide", "positive_wide",
+               "small_integers")
 
 
 def random_values(program: Program, kind: str, rng: np.random.Generator) -> dict:
@@ -300,6 +306,8 @@ def random_values(program: Program, kind: str, rng: np.random.Generator) -> dict
             v = rng.uniform(-1e4, 1e4, shape)
         elif kind == "wide":
             v = rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-6, 4, shape)
+        elif kind == "small_integers":      # exact zeros and ties: div(a, a) at a = 0
+            v = rng.integers(-2, 3, shape).astype(np.float64)
         else:
             v = 10.0 ** rng.uniform(-4, 4, shape)
         out[name] = v

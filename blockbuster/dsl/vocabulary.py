@@ -19,6 +19,9 @@ GUARDS: dict[str, tuple[tuple[str, ...], str]] = {
     "vector": (("expr",), "x is a vector (one value per row or column)"),
     "block": (("expr",), "x is a 2-D block"),
     "constant": (("expr",), "x is a literal constant"),
+    "positive": (("expr",), "x is positive by its form: an exponential, a positive "
+                            "constant, or products, quotients, reciprocals and square "
+                            "roots of such (in floating point it may still underflow to 0)"),
     "intermediate": (("array",), "X is neither a program input nor an output"),
     "same_index": (("array",), "every load of X reads it at its producer's own block "
                                "index, so inlining recomputes nothing"),

@@ -114,6 +114,20 @@ def _bounds_invariant(b, rng, var) -> bool:
     return all(bound is None or b[var] not in index_vars(bound) for bound in (lo, hi))
 
 
+_POSITIVE_PRESERVING = {"mul", "div", "recip", "sqrt", "rsqrt", "rowscale", "colscale",
+                        "outer"}
+
+
+def positive(x: Expr) -> bool:
+    """``x`` is positive by its form: ``exp(..)``, ``ones(..)``, a positive literal, or
+    an operator that keeps positive operands positive applied to such."""
+    if x.op in ("exp", "ones"):
+        return True
+    if x.op == "const":
+        return isinstance(x.attr, (int, float)) and x.attr > 0
+    return x.op in _POSITIVE_PRESERVING and bool(x.args) and all(positive(a) for a in x.args)
+
+
 def _weights_only(program: Program, x: Expr) -> bool:
     loads = [n.attr.array for n in x.walk() if n.op == "load"]
     return bool(loads) and set(loads) <= set(program.weights)
@@ -154,6 +168,7 @@ GUARD_IMPLS: dict[str, Callable] = {
     "vector": lambda ctx, b, x: _rank(ctx, b[x], 1),
     "block": lambda ctx, b, x: _rank(ctx, b[x], 2),
     "constant": lambda ctx, b, x: b[x].op == "const",
+    "positive": lambda ctx, b, x: positive(b[x]),
     "intermediate": lambda ctx, b, a: ctx.program.is_intermediate(b[a]),
     "same_index": lambda ctx, b, a: same_index(ctx, b[a]),
     "fits_local": lambda ctx, b, a: fits_local(ctx, b[a]),
