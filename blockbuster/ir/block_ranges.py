@@ -93,7 +93,9 @@ def check_block_ranges(value: Expr, binders: tuple, program: Program, where: str
         return f"{n} block{'s' if n != 1 else ''} (0..{n - 1})"
 
     def at(env: dict) -> str:
-        return ", ".join(f"{v}={n}" for v, n in env.items())
+        """``, at i=3, k=0`` (the loop indices where it happens), or nothing."""
+        where = ", ".join(f"{v}={n}" for v, n in env.items())
+        return f", at {where}" if env else ""
 
     def within(ix: Idx, low: int, high: int, scope: tuple) -> dict | None:
         span = _interval(ix, {v: (0, dims[d].nblocks - 1) if (lo, hi) == (None, None)
@@ -126,7 +128,7 @@ def check_block_ranges(value: Expr, binders: tuple, program: Program, where: str
             env = within(ix, 0, n - 1, scope)
             if env is not None:
                 raise IRError(f"{where}: index {ix} reads block {evaluate(ix, env)} of {d}, "
-                              f"which has {plural(n)}, at {at(env)}, in `{snippet(e)}`")
+                              f"which has {plural(n)}{at(env)}, in `{snippet(e)}`")
         if op == "reduce":          # bounds past the dimension are clamped to it
             a = e.attr
             for body in e.args:

@@ -265,9 +265,9 @@ def _verify_store(kernel: Kernel, store, program: Program, checker: TypeChecker,
     if value_type != expected:
         raise IRError(f"{swhere}: value has type {value_type} but the array's "
                       f"blocks are {expected}")
-    check_constant_blocks(program, store.value, scope, expected, swhere)
     check_block_ranges(store.value, tuple((v, d, None, None) for v, d in kernel.loops),
                         program, swhere)
+    check_constant_blocks(program, store.value, scope, expected, swhere)
 
 
 def _check_no_shadowing(value: Expr, enclosing: frozenset, loop_vars, where: str) -> None:

@@ -216,3 +216,13 @@ def test_storing_an_array_of_no_dimensions_says_how_to_declare_one():
         "kernel s for m in M:\n  s[m] = vecsum(b[m])\n")
     rejects(program(text=text), "kernel 's'", "no dimensions cannot be stored",
             "dim U = 1 point")
+
+
+def test_a_constant_block_past_the_end_is_named_as_such():
+    """``T[9, n]`` with M in 3 blocks: the message said "at , in" (no loop index to
+    name), and with M ragged it blamed the ragged last block instead."""
+    for text in (BASE, BASE.replace("dim M = 70 block 32", "dim M = 64 block 32")):
+        err = rejects(program("colshift(b[n], exp(T[m, n]))", "add(T[m, n], T[9, n])",
+                              text=text),
+                      "index 9 reads block 9 of M, which has", "in `T[9, n]`")
+        assert ", at ," not in err and "ends in a block" not in err
