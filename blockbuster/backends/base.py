@@ -152,6 +152,9 @@ class BoundProgram:
         for name in given:
             if name in self.fixed or name in self.weights:
                 raise BackendError(f"'{name}' is bound; call bind() again to change it")
+            if name not in self.inputs:
+                raise BackendError(f"program {self.program.name} has no input '{name}' "
+                                   f"(its inputs once bound: {', '.join(self.inputs) or 'none'})")
         return self.per_call({**given, **self.fixed})
 
 

@@ -78,3 +78,8 @@ def test_bind_errors_are_one_line():
     bound = compiled.bind(**{n: x[n] for n in program.weights})
     with pytest.raises(BackendError, match="is bound"):
         bound(X=x["X"], W1=x["W1"])
+    # an unknown name lists what a bound program takes: not its weights, nor the
+    # arrays the preparation made
+    with pytest.raises(BackendError) as info:
+        bound(X=x["X"], Z=x["X"])
+    assert str(info.value).endswith("has no input 'Z' (its inputs once bound: X)")
