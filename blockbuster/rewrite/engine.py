@@ -309,21 +309,26 @@ class Engine:
             # repeat the steps since then forever.
             seen = {program}
             while True:
+                if budget.steps_left > 0 and budget.check():     # the time limit
+                    stop = budget.exhausted
+                    break
+                rewrite = self._first_rewrite(program, index)
+                action = None if rewrite is not None else self._first_action(program, actions)
+                if rewrite is None and action is None:
+                    break
+                # a step limit stops a fusion that has a next step, not one that has
+                # just saturated at exactly that many steps
                 if budget.check():
                     stop = budget.exhausted
                     break
-                found = self._first_rewrite(program, index)
                 changed = None          # (old kernel, new kernel) of a rewrite step
-                if found is not None:
-                    rule, kernel, before, after = found
+                if rewrite is not None:
+                    rule, kernel, before, after = rewrite
                     new_program = replace_in_kernel(program, kernel, {before: after})
                     kernel_name = kernel.name
                     changed = (kernel, new_program.kernels[program.kernels.index(kernel)])
                 else:
-                    found = self._first_action(program, actions)
-                    if found is None:
-                        break
-                    rule, app = found
+                    rule, app = action
                     new_program = app.build()
                     kernel_name, before, after = app.kernel, app.before, app.after
                 grown = _over_limits(new_program, limits)

@@ -38,6 +38,17 @@ def test_a_rule_that_never_ends_stops_at_the_step_limit_with_a_clear_reason():
     assert "may not terminate" in result.message
 
 
+def test_a_fusion_that_saturates_at_exactly_the_step_limit_is_saturated():
+    """The limit stops a fusion that has a next step: at exactly as many steps as the
+    derivation takes, it said "step_limit ... may not terminate"."""
+    program = workload("attention", N=100)
+    steps = len(fuse(program).trace)
+    exact = fuse(program, limits=Limits(max_steps=steps))
+    assert exact.stop_reason == "saturated" and len(exact.trace) == steps
+    short = fuse(program, limits=Limits(max_steps=steps - 1))
+    assert short.stop_reason == "step_limit" and len(short.trace) == steps - 1
+
+
 def test_time_limit():
     rules = load_rules_text("rule comm: add(a, b) => add(b, a)\n")
     result = fuse(parse_program(SMALL), rules, Limits(max_seconds=0.0))
