@@ -88,6 +88,7 @@ def _read_program(path: str) -> Program:
 
 
 def _resize(program: Program, sizes: dict, blocks: dict, what: str) -> Program:
+    from .errors import IRError
     from .ir.types import Dim
     from .ir.verify import verify
     known = {d.name for d in program.dims}
@@ -104,7 +105,12 @@ def _resize(program: Program, sizes: dict, blocks: dict, what: str) -> Program:
         size = sizes.get(d.name, d.size)
         block = 1 if d.point else min(blocks.get(d.name, d.block), size)
         dims.append(Dim(d.name, size, block, d.point))
-    return verify(program.evolve(dims=tuple(dims)))
+    try:
+        return verify(program.evolve(dims=tuple(dims)))
+    except IRError as err:            # the file parsed; these sizes break it
+        given = " ".join(f"--size {n}={v}" for n, v in sizes.items()) + "".join(
+            f" --block {n}={v}" for n, v in blocks.items())
+        raise IRError(f"{what} with {given.strip()}: {err}") from None
 
 
 def _program_subject(label: str, program: Program, sizes: dict, blocks: dict) -> Subject:

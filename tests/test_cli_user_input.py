@@ -55,8 +55,20 @@ def test_a_program_without_outputs_is_refused(tmp_path, capsys):
     path = tmp_path / "none.bbp"
     path.write_text(PROGRAM.replace("output Y[N]", "array Y[N]"))
     err = _fails(["run", str(path), "--backend", "reference"], capsys)
-    assert err == ("error: program p has no outputs (declare what it computes with "
-                   "`output NAME[...]`)\n")
+    assert err == (f"error: {path}: program p has no outputs (declare what it computes "
+                   "with `output NAME[...]`)\n")
+
+
+def test_sizes_that_break_a_program_file_name_the_file_and_the_sizes(tmp_path, capsys):
+    """The unfused llama_block text at another head size: a run-time error of the
+    reference backend, with no file ("relabel: a block with 16 columns cannot take 8
+    positions"); the verifier names the file, the sizes and the kernel now."""
+    path = tmp_path / "llama.bbp"
+    assert cli.main(["show", "llama_block"]) == 0
+    path.write_text(capsys.readouterr().out)
+    err = _fails(["run", str(path), "--size", "HD=8", "--backend", "reference"], capsys)
+    assert err.startswith(f"error: {path} with --size HD=8: kernel '")
+    assert "relabel: blocks of QD (16 columns) cannot be taken as HD (blocks of 8)" in err
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n\n"])

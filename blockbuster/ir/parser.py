@@ -228,8 +228,8 @@ def parse_program(text: str, filename: str = "<program>", check: bool = True) ->
         return verify(program)
     except IRError as err:
         node = builder.where(err)
-        if node is None:
-            raise
+        if node is None:              # about the whole program: the file, at least
+            raise type(err)(f"{filename}: {err}") from None
         located = builder.error(node, str(err))
         raise ProgramSourceError(str(err), located.filename, located.line, located.column,
                                  located.excerpt) from None

@@ -119,9 +119,21 @@ class TypeChecker:
             self._fail(e, where, f"'{op}' cannot take a multi-output reduction or a map "
                                  "array (use proj, or push the operation into the map)")
         try:
-            return OPS[op].result_type(arg_types, e.attr)
+            result = OPS[op].result_type(arg_types, e.attr)
         except OpTypeError as err:
             self._fail(e, where, f"{op}: {err}")
+        if op == "relabel":
+            self._check_relabel_extents(e, arg_types, where)
+        return result
+
+    def _check_relabel_extents(self, e: Expr, arg_types, where: str) -> None:
+        """``relabel(p, a)`` views ``a``'s columns as ``p``'s dimension: their blocks
+        must be as wide (a head of 16 columns cannot be 8 positions)."""
+        positions, block = self.dims[arg_types[0].axes[0]], self.dims[arg_types[1].axes[-1]]
+        if positions.block != block.block:
+            self._fail(e, where, f"relabel: blocks of {block.name} ({block.block} columns) "
+                                 f"cannot be taken as {positions.name} (blocks of "
+                                 f"{positions.block})")
 
     def _infer_reduce(self, e: Expr, scope: Scope, where: str):
         a = e.attr
