@@ -117,7 +117,8 @@ def test_rules_check_still_checks_every_rule_of_a_file(tmp_path, capsys):
                            "rule good: neg(neg(x)) => x\n")
     assert cli.main(["rules", "check", path]) == 1
     out = capsys.readouterr().out
-    assert "bad: UNSOUND" in out and "good: ok" in out and out.endswith("2 ok, 1 unsound, 0 unstable\n")
+    assert "bad: UNSOUND" in out and "good: ok" in out and out.endswith(
+        "2 rules: 1 ok, 1 unsound, 0 unstable\n")
 
 
 def test_the_readme_rule_set_path_works_outside_a_checkout(tmp_path, monkeypatch, capsys):
@@ -185,4 +186,14 @@ def test_rules_check_exits_1_on_a_numerically_unstable_rule(tmp_path, capsys):
                            "add(sub(square(a), mul(mul(a, b), 2.0)), square(b))\n")
     assert cli.main(["rules", "check", path, "--backend", "reference"]) == 1
     out = capsys.readouterr().out
-    assert "sq: UNSTABLE" in out and out.endswith("1 ok, 0 unsound, 1 unstable\n")
+    assert "sq: UNSTABLE" in out and out.endswith("1 rule: 0 ok, 0 unsound, 1 unstable\n")
+
+
+def test_a_rule_no_trial_exercised_is_not_called_ok(tmp_path, capsys):
+    """An action rule that applies to none of the sampled fusion states was reported
+    "ok (0 trials)" and counted as ok."""
+    path = write(tmp_path, "rule pw: apply prepare_weights()\n")
+    assert cli.main(["rules", "check", path, "--backend", "reference"]) == 0
+    out = capsys.readouterr().out
+    assert "pw: not exercised" in out and "pw: ok" not in out
+    assert out.endswith("1 rule: 0 ok, 0 unsound, 0 unstable, 1 not exercised\n")

@@ -28,8 +28,16 @@ class Finding:
     def failed(self) -> bool:
         return not self.sound and not self.allowed
 
+    @property
+    def unexercised(self) -> bool:
+        """Passed without a single trial: no sampled state or instance took the rule
+        (nothing was checked, so it is said so rather than "ok")."""
+        return self.sound and self.trials == 0
+
     def __str__(self) -> str:
-        if self.sound:
+        if self.unexercised:
+            verdict = "not exercised: no sampled instance or fusion state took it"
+        elif self.sound:
             verdict = "ok" if self.kind == "soundness" else "stable"
         elif self.kind == "stability":
             verdict = "unstable (allowed: unsafe rule set)" if self.allowed else "UNSTABLE"
