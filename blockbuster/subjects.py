@@ -309,11 +309,18 @@ def _inputs_from(path: str, subject: Subject):
         raise not_npz from None
     if not isinstance(data, np.lib.npyio.NpzFile):     # a .npy array, say
         raise not_npz
-    try:
-        with data:
-            given = {k: np.asarray(data[k]) for k in data.files}
-    except (OSError, ValueError, EOFError) as err:
-        raise UsageError(f"--inputs {path}: {err}") from None
+    given = {}
+    with data:
+        for k in data.files:
+            try:
+                given[k] = np.asarray(data[k])
+            except ValueError as err:
+                if "allow_pickle" in str(err):      # saved from an object array
+                    raise UsageError(f"--inputs {path}: {k} holds Python objects, not "
+                                     "real numbers") from None
+                raise UsageError(f"--inputs {path}: {k}: {err}") from None
+            except (OSError, EOFError) as err:
+                raise UsageError(f"--inputs {path}: {k}: {err}") from None
     for name, value in given.items():
         if value.dtype.kind not in "biuf":
             raise UsageError(f"--inputs {path}: {name} holds {value.dtype} values, not "

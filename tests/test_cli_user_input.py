@@ -221,6 +221,8 @@ def test_import_of_a_program_factory_with_weights_writes_nothing(tmp_path, monke
     (lambda p: p.write_text("rule r: neg(neg(a)) => a\n"), "not a NumPy .npz archive"),
     (lambda p: np.savez(p, Q=np.array(["a", "b"])), "Q holds <U1 values, not real numbers"),
     (lambda p: np.savez(p, Q=np.zeros((40, 8), complex)), "Q holds complex128 values"),
+    (lambda p: np.savez(p, Q=np.array([{"a": 1}, None], dtype=object)),
+     "Q holds Python objects, not real numbers"),
 ])
 def test_inputs_that_are_not_arrays_of_numbers_are_refused(make, fragment, tmp_path, capsys):
     path = tmp_path / "in.npz"

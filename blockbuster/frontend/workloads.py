@@ -63,13 +63,14 @@ def _sizes(w: Workload, sizes: dict, blocks: dict) -> tuple[dict, dict]:
             params = f"; parameters: {', '.join(w.params)}" if w.params else ""
             raise UsageError(f"workload {w.name} has no dimension '{d}' "
                              f"(dimensions: {', '.join(w.dims)}{params})")
-    for d, v in list(sizes.items()) + list(blocks.items()):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            kind = "parameter" if d in w.params and d not in blocks else "dimension"
-            raise UsageError(f"{kind} {d}: sizes must be positive integers, got {v!r}")
-        if d in w.param_max and d not in blocks and v > w.param_max[d]:
-            raise UsageError(f"parameter {d}: at most {w.param_max[d]} for workload "
-                             f"{w.name}, got {v}")
+    for what, given in (("sizes", sizes), ("block sizes", blocks)):
+        for d, v in given.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                kind = "parameter" if d in w.params and given is sizes else "dimension"
+                raise UsageError(f"{kind} {d}: {what} must be positive integers, got {v!r}")
+            if given is sizes and d in w.param_max and v > w.param_max[d]:
+                raise UsageError(f"parameter {d}: at most {w.param_max[d]} for workload "
+                                 f"{w.name}, got {v}")
     full = dict(w.dims)
     for d, src in w.derived.items():
         if d not in sizes and src in sizes:

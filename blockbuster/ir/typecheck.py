@@ -129,7 +129,9 @@ class TypeChecker:
     def _check_relabel_extents(self, e: Expr, arg_types, where: str) -> None:
         """``relabel(p, a)`` views ``a``'s columns as ``p``'s dimension: their blocks
         must be as wide (a head of 16 columns cannot be 8 positions)."""
-        positions, block = self.dims[arg_types[0].axes[0]], self.dims[arg_types[1].axes[-1]]
+        # (a subclass may mark an axis, "QD@1": the dimension is the part before the @)
+        positions, block = (self.dims[t.axes[at].split("@")[0]]
+                            for t, at in ((arg_types[0], 0), (arg_types[1], -1)))
         if positions.block != block.block:
             self._fail(e, where, f"relabel: blocks of {block.name} ({block.block} columns) "
                                  f"cannot be taken as {positions.name} (blocks of "

@@ -355,6 +355,10 @@ def test_relabel_and_rotate_half_types_and_errors():
     p = parse_program(ragged)      # types agree; the extents of block 1 do not
     with pytest.raises(BackendError, match="relabel"):
         run_program(p, {"A": np.zeros((5, 7)), "C": np.zeros((5, 4))})
+    narrow = OPS_PROGRAM.replace("dim HD = 4 block 4", "dim HD = 2 block 2")
+    with pytest.raises(IRError, match=r"relabel: blocks of QD \(4 columns\) cannot be "
+                                      r"taken as HD \(blocks of 2\)"):
+        parse_program(narrow)     # the verifier sees the block widths differ
     odd = OPS_PROGRAM.replace("dim HD = 4 block 4", "dim HD = 3 block 3").replace(
         "dim QD = 8 block 4", "dim QD = 6 block 3")
     with pytest.raises(BackendError, match="rotate_half needs an even number"):
