@@ -192,6 +192,27 @@ def test_reductions_to_a_single_number_or_a_single_row(case):
         assert max_rel_error(got[0].reshape(np.shape(want)), want) < 1e-5
 
 
+@pytest.mark.parametrize("pool", ["mean", "sum", "amax"])
+def test_a_pooled_sequence_then_a_linear_head(pool):
+    """``head(x.mean(1))`` on an input ``[B, T, C]`` (a classifier over pooled
+    features): the head tiled the batch as its rows, so the input had blocks over
+    three axes ("reducing a tensor with blocks over 3 axes"); the input's batch is
+    iterated one index at a time now, as a kernel output's would be."""
+    torch.manual_seed(0)
+    head = nn.Linear(48, 5)
+
+    def f(x):
+        return head(getattr(x, pool)(1))
+    x = torch.randn(2, 37, 48) * 1e3 + 1e3
+    x64 = x.double().numpy()
+    pooled = {"mean": x64.mean(1), "sum": x64.sum(1), "amax": x64.max(1)}[pool]
+    with torch.no_grad():
+        want = pooled @ head.weight.double().numpy().T + head.bias.double().numpy()
+    for fuse in (False, True):
+        got, _, _ = run_imported(f, x, fuse=fuse)
+        assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5
+
+
 class HandLayerNorm(nn.Module):
     """LayerNorm as people write it with ``var`` (and ``std`` for a z-score)."""
 

@@ -66,6 +66,9 @@ class KernelEmitter:
         for c in axes[-2:]:
             if c is not None:
                 self.planner.mark_tiled(c)
+        note = getattr(self.planner, "note_tensor", None)
+        if note is not None and self.planner.planning:
+            note(axes)       # a batch that a later matmul tiles must stay a point axis
 
     def emit(self, hint: str, shape: Sequence[int], axes: Sequence[int | None],
              value: Callable[[Index], Expr], name: str | None = None) -> Value:
