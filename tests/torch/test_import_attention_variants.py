@@ -66,3 +66,31 @@ def test_causal_attention_with_fewer_or_more_queries_than_keys(tq, tk):
     p = np.exp(scores - scores.max(-1, keepdims=True))
     want = (p / p.sum(-1, keepdims=True)) @ v64
     assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5
+
+
+class _HeadBiasFromLinear(torch.nn.Module):
+    """A Linear with one output column per head, transposed into a per-head key bias
+    ``[B, H, 1, T]`` of the attention (Doge's dynamic mask)."""
+
+    def __init__(self, e=64, h=2, d=16):
+        super().__init__()
+        self.h, self.d = h, d
+        self.qkv, self.dt = torch.nn.Linear(e, 3 * h * d), torch.nn.Linear(e, h)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.h, self.d).permute(2, 0, 3, 1, 4)
+        bias = self.dt(x).transpose(1, 2)[:, :, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def test_a_per_head_bias_computed_by_a_linear_layer():
+    """The Linear's columns are the attention's heads, iterated one index at a time,
+    so its product cannot be a block matmul ("a matrix axis of 2 is also a batch
+    axis"); per head it is the rows times that head's column, summed."""
+    torch.manual_seed(0)
+    model = _HeadBiasFromLinear().eval()
+    x = torch.randn(2, 37, 64) * 3
+    got, _, _ = run_imported(model, x, fuse=True)
+    want = float64_reference(model, x).numpy()
+    assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5

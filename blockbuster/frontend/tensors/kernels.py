@@ -294,6 +294,15 @@ class KernelEmitter:
             # product summed over K (a broadcast multiply, then a column reduction)
             prod = self.elementwise("mul", [insert_axis(a, a.rank), b], what)
             return self.reduce("sum", prod, prod.rank - 2, what, name=name)
+        if self._cols_are_a_batch(a, b) and hi_of is None:
+            # ``x @ W`` whose columns turned out to be heads iterated one index at a
+            # time (a per-head bias computed by a Linear, Doge's dynamic mask): per
+            # head, the rows of ``x`` times that head's column, summed over K
+            n = a.rank
+            prod = self.elementwise("mul", [insert_axis(a, n - 2),
+                                            insert_axis(permute(b, [1, 0]), 1)], what)
+            per_head = self.reduce("sum", prod, prod.rank - 1, what)     # [.., H, T]
+            return permute(per_head, list(range(n - 2)) + [n - 1, n - 2])
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
                 self.planner.mark_tiled(c)
@@ -325,6 +334,14 @@ class KernelEmitter:
             return False
         dims = [self.planner.dim(c) for c in (a.axes[-2], a.axes[-1], b.axes[-1])]
         return dims[0].point and not dims[1].point and not dims[2].point
+
+    def _cols_are_a_batch(self, a: Value, b: Value) -> bool:
+        """``b`` a 2-D matrix whose columns turned out to be a point axis (emitting
+        pass), ``a``'s rows and the contracted axis tiled."""
+        if self.planner.planning or b.rank != 2:
+            return False
+        dims = [self.planner.dim(c) for c in (a.axes[-2], a.axes[-1], b.axes[-1])]
+        return dims[2].point and not dims[0].point and not dims[1].point
 
     def _tiled_rows(self, a: Value, b: Value) -> int | None:
         """For ``a @ W`` with a 2-D ``W`` (a linear layer), the leading axis of ``a``
