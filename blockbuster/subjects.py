@@ -248,6 +248,7 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
                 for b, o in zip(low.outputs, out)}
 
     def oracle(inputs: dict) -> dict:
+        from .validate import OracleUnavailable
         try:
             return eager(inputs, torch.float64)
         except Exception as err:       # noqa: BLE001 - the user's model, in float64
@@ -260,11 +261,6 @@ def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:
     def baseline(inputs: dict) -> dict:
         return eager(inputs, torch.float32)
     return Subject(label, "torch", program, make_inputs, oracle, baseline)
-
-
-class OracleUnavailable(Exception):
-    """The float64 oracle cannot run (its message says why); the float32 baseline
-    is the reference then (:func:`.validate.validate_outputs`)."""
 
 
 def _like(t, example):
