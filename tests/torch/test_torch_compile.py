@@ -506,3 +506,30 @@ def test_in_place_writes_to_inputs_and_buffers_stay_in_pytorch():
     assert any("in place" in str(w.message) for w in caught)
     with pytest.raises(ImportError_, match="updates .*buffer 'ema'.* in place"):
         lower_module(_WritesInPlace().eval(), torch.randn(2, 4, 48), 0)
+
+
+def test_a_changed_python_number_attribute_stays_compiled():
+    """A sampling temperature changed between calls: TorchDynamo makes the number an
+    input, a 0-d tensor read with ``.item()``, which torch.export cannot capture, so
+    the whole graph went back to PyTorch. The 0-d tensor is used as it is now: one
+    program for every temperature, each call matching eager."""
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+
+    class Sampler(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.temperature = torch.nn.Linear(48, 101), 1.0
+
+        def forward(self, x):
+            return (self.fc(x) / self.temperature).softmax(-1)
+
+    torch.manual_seed(0)
+    model, x = Sampler().eval(), torch.randn(2, 37, 48)
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    for t in (1.0, 0.7, 1.3):
+        model.temperature = t
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = compiled(x)
+        assert _close(got, model(x))
+        assert not [w for w in caught if issubclass(w.category, FallbackWarning)]

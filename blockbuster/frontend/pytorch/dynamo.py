@@ -24,6 +24,7 @@ cached on disk.
 from __future__ import annotations
 
 import copy
+import operator
 import os
 import warnings
 
@@ -76,9 +77,38 @@ class CompileOptions:
 def blockbuster_backend(gm, example_inputs, options=None, **_ignored):
     """The ``torch_dynamo_backends`` entry point."""
     opts = CompileOptions.parse(options)
+    _scalar_inputs_as_tensors(gm, example_inputs)
     if any(_symbolic(t) for t in example_inputs):
         return Specializing(gm, opts)     # dynamic shapes: one program per size
     return compile_graph(gm, list(example_inputs), opts)
+
+
+_ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow}
+
+
+def _scalar_inputs_as_tensors(gm, example_inputs) -> None:
+    """A Python number TorchDynamo made an input (a sampling temperature changed
+    between calls) reaches the graph as a 0-d tensor read with ``.item()``, which
+    torch.export cannot capture (the whole graph went back to PyTorch). Where the
+    number only meets tensors in arithmetic (``logits / t``), the 0-d tensor is used
+    as it is: the same values, and one program for every temperature."""
+    import torch
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    changed = False
+    for node, example in zip(placeholders, example_inputs):
+        if not (isinstance(example, torch.Tensor) and example.dim() == 0
+                and example.dtype.is_floating_point):
+            continue
+        for item in [u for u in node.users if u.op == "call_method" and u.target == "item"]:
+            if all(u.op == "call_function" and u.target in _ARITHMETIC
+                   and any(isinstance(a, torch.fx.Node) and a is not item
+                           for a in u.args) for u in item.users):
+                item.replace_all_uses_with(node)
+                gm.graph.erase_node(item)
+                changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
 
 
 def _symbolic(x) -> bool:
