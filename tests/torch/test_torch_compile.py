@@ -533,3 +533,32 @@ def test_a_changed_python_number_attribute_stays_compiled():
             got = compiled(x)
         assert _close(got, model(x))
         assert not [w for w in caught if issubclass(w.category, FallbackWarning)]
+
+
+def test_random_draws_in_forward_are_not_frozen_into_constants():
+    """``torch.rand`` in ``forward`` does not depend on the inputs, so it was folded
+    at import like a rotary table: every compiled call returned the same "random"
+    mask. Random operators are computed anew on every call now: left to PyTorch
+    under torch.compile, and an unsupported operator for ``run``."""
+    from blockbuster.frontend.pytorch import ImportError_, lower_module
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+
+    class Noisy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(48, 48)
+
+        def forward(self, x):
+            return self.fc(x) * (torch.rand(x.shape[0], x.shape[1])[..., None] > 0.5)
+
+    torch.manual_seed(0)
+    model, x = Noisy().eval(), torch.randn(2, 37, 48)
+    with pytest.raises(ImportError_, match="unsupported operator aten.rand"):
+        lower_module(model, x)
+    compiled = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first, second = compiled(x), compiled(x)
+    assert not torch.equal(first, second)
+    assert any("aten.rand" in str(w.message) for w in caught
+               if issubclass(w.category, FallbackWarning))

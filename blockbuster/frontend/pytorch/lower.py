@@ -256,6 +256,9 @@ SHAPE_ONLY = frozenset(f"aten.{op}.default" for op in (
 
 
 def input_dependent(graph, kind: dict) -> set:
+    """The nodes computed anew on every call: those of the user's inputs, and random
+    draws (``torch.rand`` in ``forward``), which folding would freeze into one
+    constant draw (so they reach the lowering, which refuses them)."""
     dynamic = set()
     for node in graph.nodes:
         if node.op == "placeholder":
@@ -265,9 +268,17 @@ def input_dependent(graph, kind: dict) -> set:
         elif node.op == "call_function" and str(node.target) in SHAPE_ONLY:
             continue
         elif node.op in ("call_function", "call_module"):
-            if any(a.name in dynamic for a in node.all_input_nodes):
+            if any(a.name in dynamic for a in node.all_input_nodes) or is_random(node):
                 dynamic.add(node.name)
     return dynamic
+
+
+def is_random(node) -> bool:
+    """An ATen operator that draws random numbers (tagged ``nondeterministic_seeded``:
+    ``rand``, ``randn_like``, ``bernoulli``, dropout in training mode, ...)."""
+    torch = _torch()
+    tag = getattr(torch.Tag, "nondeterministic_seeded", None)
+    return tag is not None and tag in getattr(node.target, "tags", ())
 
 
 def record_values(ep, example_inputs) -> dict:
