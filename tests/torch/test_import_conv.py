@@ -95,6 +95,23 @@ def test_padding_by_one_element_on_the_last_axis():
     _close(model, torch.randn(3, 5, 19) * 1e3)
 
 
+@pytest.mark.parametrize("tokens", [1, 37])
+def test_padding_the_features_of_one_token(tokens):
+    """``F.pad`` of the features of a one-token sequence (a decoding step): the pad's
+    constant broadcasts over the token axis the input stores, and the concatenation
+    refused the mix ("a broadcast axis in one piece only")."""
+    torch.manual_seed(0)
+
+    class Shift(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(37, 37), torch.nn.Linear(37, 37)
+
+        def forward(self, x):
+            return self.b(torch.nn.functional.pad(self.a(x), (3, 0))[..., :37])
+    _close(Shift().eval(), torch.randn(2, tokens, 37) * 1e3)
+
+
 @pytest.mark.parametrize("conv,why", [
     (torch.nn.Conv1d(8, 8, 3, padding=1), "only windows that tile the input"),
     (torch.nn.Conv2d(4, 8, 3, stride=2), "only windows that tile the input"),

@@ -90,24 +90,17 @@ def _concat(low, node, pieces, axis: int) -> Value:
             for p in pieces):
         raise ImportError_(f"cat of shapes {[list(p.shape) for p in pieces]} along axis "
                            f"{axis}: the other axes differ")
-    if what in low.by_selection or any(
-            p.axes[q] is None for p in pieces for q in range(first.rank)
-            if q == axis or (p.axes[q] is None) != (first.axes[q] is None)):
+    broadcast_here = any(p.axes[axis] is None for p in pieces)
+    broadcast_elsewhere = any((p.axes[q] is None) != (first.axes[q] is None)
+                              for p in pieces for q in range(first.rank) if q != axis)
+    if what in low.by_selection or broadcast_here or broadcast_elsewhere:
         # A broadcast piece, or pieces whose edges no block falls on (a first
         # lowering found them so: 4 + 4 rotary columns of an 8-wide block).
         return _placed(low, node, pieces, axis)
-    for p in pieces:
+    for p in pieces:          # (the other axes stored in every piece, or in none)
         for q, (a, b) in enumerate(zip(first.axes, p.axes)):
-            if q == axis:
-                continue
-            if (a is None) != (b is None):
-                raise ImportError_("cat: a broadcast (expanded or size-1) axis in one "
-                                   "piece only is not supported")
-            if a is not None:
+            if q != axis and a is not None:
                 planner.unify(a, b, what)
-    if any(p.axes[axis] is None for p in pieces):
-        raise ImportError_("cat along a broadcast (expanded or size-1) axis is not "
-                           "supported")
     total = sum(p.shape[axis] for p in pieces)
     out = planner.new(total, "")
     start = 0
