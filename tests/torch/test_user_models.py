@@ -702,3 +702,18 @@ def test_a_block_for_a_dimension_the_model_does_not_have_is_refused(tmp_path, mo
     err = capsys.readouterr().err
     assert status == 2 and "no dimension Nope (dimensions: " in err and "N40" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("extra,says", [
+    (lambda x: None, "output 1 is None"),
+    (lambda x: x[:, :0], "output 1 is empty (shape [2, 0, 37])"),
+    (lambda x: 3, "output 1 is the number 3"),
+])
+def test_an_output_that_is_no_array_says_what_it_is(extra, says):
+    """A model returning ``(y, None)`` or an empty slice was refused with "output 1
+    is not a tensor computed from the inputs", which did not say which it was."""
+    from blockbuster.frontend.pytorch import ImportError_
+    lin = nn.Linear(37, 37)
+    with pytest.raises(ImportError_) as err:
+        lower_module(lambda x: (lin(x), extra(x)), torch.randn(2, 37, 37))
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -192,7 +192,9 @@ class Lowering:
             # a size (an int a graph under dynamic shapes returns) is no array
             v = self.value(node) if isinstance(node, _torch().fx.Node) else None
             if v is None or isinstance(v, aten.Empty) or v.loader is None:
-                raise ImportError_(f"output {i} is not a tensor computed from the inputs")
+                raise ImportError_(f"output {i} is {_not_an_array(node, v)}: a program "
+                                   f"returns tensors computed from the inputs (return "
+                                   f"only those)")
             if any(c is None and s != 1 for s, c in zip(v.shape, v.axes)):
                 raise ImportError_(f"{source_line(node)}: output {i} ({node.name}, shape "
                                    f"{list(v.shape)}) is expanded by broadcasting: "
@@ -207,6 +209,17 @@ class Lowering:
             names.append(v.array)
             bounds.append(Boundary(v.array, v.shape))
         return tuple(bounds)
+
+
+def _not_an_array(node, v) -> str:
+    """What an output that is no array is, in words."""
+    if node is None:
+        return "None"
+    if isinstance(node, (bool, int, float)):
+        return f"the number {node!r}"
+    if isinstance(v, aten.Empty):
+        return f"empty (shape {list(v.shape)})"
+    return "a constant (it does not depend on the inputs)"
 
 
 def _kept_unit_axes(shape: tuple) -> tuple:
