@@ -717,3 +717,27 @@ def test_an_output_that_is_no_array_says_what_it_is(extra, says):
     with pytest.raises(ImportError_) as err:
         lower_module(lambda x: (lin(x), extra(x)), torch.randn(2, 37, 37))
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_number_computed_from_parameters_alone_can_be_an_output():
+    """DiffLlama's lambda (``exp(l1) - exp(l2) + 0.8`` of parameters) returned beside
+    the activations: folded at import to a number, it was refused as an output ("not a
+    tensor computed from the inputs"), and under torch.compile a 101-node region of
+    DiffLlama went back to PyTorch for it. It is an output array of that value now."""
+    class Lambda(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(37, 37)
+            self.l1, self.l2 = nn.Parameter(torch.tensor(0.3)), nn.Parameter(torch.tensor(0.1))
+
+        def forward(self, x):
+            lam = torch.exp(self.l1) - torch.exp(self.l2) + 0.8
+            return self.fc(x) * lam, lam
+    torch.manual_seed(0)
+    model, x = Lambda(), torch.randn(2, 37, 37) * 1e3
+    got, _, _ = run_imported(model, x)
+    want = np.exp(0.3) - np.exp(0.1) + 0.8
+    assert abs(float(got[1]) - want) < 1e-6
+    fc64 = (model.fc.weight.double().detach().numpy(), model.fc.bias.double().detach().numpy())
+    y = (x.double().numpy() @ fc64[0].T + fc64[1]) * want
+    assert max_rel_error(got[0].reshape(y.shape), y) < 1e-5

@@ -186,11 +186,22 @@ class Lowering:
             return type(a)(self._arg(x) for x in a)
         return a
 
+    def _constant_output(self, node, v: Value, i: int) -> Value:
+        """A number the graph returns that does not depend on the inputs (a region's
+        output that eager PyTorch reads after it: DiffLlama's lambda from its
+        parameters): an array of that value, shaped as the graph's tensor."""
+        t = self.recorded.get(node.name)
+        shape = tuple(int(s) for s in getattr(t, "shape", ()))
+        arr = np.full(shape, v.scalar, dtype=np.float64)
+        return self._array(node, f"const_out{i}", shape, weight=arr)
+
     def _finish(self, outputs: list) -> tuple:
         bounds, names = [], []
         for i, node in enumerate(outputs):
             # a size (an int a graph under dynamic shapes returns) is no array
             v = self.value(node) if isinstance(node, _torch().fx.Node) else None
+            if v is not None and v.loader is None and node.name not in self.dynamic:
+                v = self._constant_output(node, v, i)
             if v is None or isinstance(v, aten.Empty) or v.loader is None:
                 raise ImportError_(f"output {i} is {_not_an_array(node, v)}: a program "
                                    f"returns tensors computed from the inputs (return "
