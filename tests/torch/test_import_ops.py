@@ -834,3 +834,23 @@ def test_casts_to_bool_and_from_floats_to_integers():
     assert max_rel_error(got[0].reshape(want.shape), want) < 1e-6
     with pytest.raises(ImportError_, match="truncation toward zero"):    # not a silent no-op
         bb.from_torch(lambda x: x.long().float() * 2, x)
+
+
+def test_halves_of_a_projection_whose_positions_are_iterated_one_at_a_time():
+    """Mamba's in-projection split in two (``split([64, 64], 1)`` of ``[B, 128, T]``)
+    where the positions come from a sliced sequence-first axis, so they are iterated
+    one index at a time and the blocks are vectors: the slice kept the 128-wide
+    label on its 64-wide vectors (an internal IRError under torch.compile)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 128, bias=False)
+
+    def f(x):
+        a, b = torch.split(lin(x[0:37].permute(1, 0, 2)).permute(0, 2, 1), [64, 64], 1)
+        return a * 2, b
+    x = torch.randn(38, 2, 32) * 1e3
+    y = (x.double()[0:37].permute(1, 0, 2) @ lin.weight.double().T).permute(0, 2, 1).detach()
+    want = [y[:, :64].numpy() * 2, y[:, 64:].numpy()]
+    for fuse in (False, True):
+        got, _, _ = run_imported(f, x, fuse=fuse)
+        for g, w in zip(got, want):
+            assert max_rel_error(g.reshape(w.shape), w) < 1e-5

@@ -200,7 +200,7 @@ class Lowering:
         for i, node in enumerate(outputs):
             # a size (an int a graph under dynamic shapes returns) is no array
             v = self.value(node) if isinstance(node, _torch().fx.Node) else None
-            if v is not None and v.loader is None and node.name not in self.dynamic:
+            if isinstance(v, Value) and v.loader is None and node.name not in self.dynamic:
                 v = self._constant_output(node, v, i)
             if v is None or isinstance(v, aten.Empty) or v.loader is None:
                 raise ImportError_(f"output {i} is {_not_an_array(node, v)}: a program "

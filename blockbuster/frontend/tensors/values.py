@@ -259,13 +259,15 @@ def slice_view(planner: Planner, v: Value, axis: int, start: int, end: int, part
                              f"of {d.block} (only whole blocks can be sliced)", node=what)
     offset = start // d.block
     label = planner.dim(part).name
-    at = v.order.index(axis) if len(v.order) == 2 else None
+    at = v.order.index(axis) if axis in v.order else None
 
     def loader(index: Index) -> Expr:
         i = index[axis]
         e = v.load(tuple(index[:axis]) + (i + offset if offset else across(i),)
                    + tuple(index[axis + 1:]))
-        return e if at is None else relabel_at(e, at, label, i)
+        # the block's axis is the part now (a vector's only axis too: a slice of a
+        # projection whose rows are iterated one index at a time)
+        return e if at is None else relabel_side(e, at, len(v.order), label, i)
     return replace_axes(v, axis, 1, (length,), (part,), loader)
 
 
