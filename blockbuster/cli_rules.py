@@ -68,11 +68,14 @@ def _summary(findings) -> str:
     unstable = sum(1 for fs in rules.values() if any(f.failed and f.kind == "stability"
                                                      for f in fs)
                    and not any(f.failed and f.kind == "soundness" for f in fs))
+    allowed = sum(1 for fs in rules.values() if any(f.allowed and not f.sound for f in fs)
+                  and not any(f.failed for f in fs))
     idle = sum(1 for fs in rules.values() if all(f.unexercised for f in fs))
-    ok = len(rules) - unsound - unstable - idle
+    ok = len(rules) - unsound - unstable - allowed - idle
     text = (f"{len(rules)} rule{'' if len(rules) == 1 else 's'}: {ok} ok, {unsound} unsound, "
             f"{unstable} unstable")
-    return text + (f", {idle} not exercised" if idle else "")
+    return text + (f", {allowed} unstable but allowed (unsafe rule set)" if allowed else "") \
+        + (f", {idle} not exercised" if idle else "")
 
 
 def cmd_rules_list(args: argparse.Namespace) -> int:
