@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blockbuster.frontend.tensors import kernels
+from blockbuster.frontend.tensors import kernels, matmuls
 
 from helpers_fuzz import BACKENDS
 
@@ -78,7 +78,8 @@ def test_fusion_never_adds_traffic(report):
 def test_the_fuzzer_sees_a_shadowed_binder(monkeypatch):
     """With the builder's old naming (every binder after its dimension), square
     matmuls shadow their output loop: the fuzzer must report it."""
-    monkeypatch.setattr(kernels, "binder_name", lambda dim, taken=(): dim.lower())
+    for module in (kernels, matmuls):
+        monkeypatch.setattr(module, "binder_name", lambda dim, taken=(): dim.lower())
     spec = fuzz_fusion.Spec(
         dims=(("N", 10, 4), ("M", 7, 4)),
         nodes=(fuzz_fusion.Node("input", (), False, ("N", "M")),
