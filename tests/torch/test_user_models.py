@@ -741,3 +741,30 @@ def test_a_number_computed_from_parameters_alone_can_be_an_output():
     fc64 = (model.fc.weight.double().detach().numpy(), model.fc.bias.double().detach().numpy())
     y = (x.double().numpy() @ fc64[0].T + fc64[1]) * want
     assert max_rel_error(got[0].reshape(y.shape), y) < 1e-5
+
+
+def test_a_baseline_far_off_the_oracle_makes_the_report_say_the_check_is_weak(
+        tmp_path, monkeypatch, capsys):
+    """The tolerance follows the unfused float32 run's own error; where that error is
+    large (float32 cancellation in the model: ``(x + 1e7) - 1e7``), a pass checks
+    little, and the report says so."""
+    import textwrap
+
+    from blockbuster import cli
+    monkeypatch.setenv("BLOCKBUSTER_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cancel.py").write_text(textwrap.dedent("""
+        import torch
+
+        def model():
+            torch.manual_seed(0)
+            return (lambda x: (x + 1e7) - 1e7), (torch.randn(5, 37),)
+
+        def fine():
+            torch.manual_seed(0)
+            return (lambda x: x * 2 + 1), (torch.randn(5, 37),)
+    """))
+    assert cli.main(["run", f"{tmp_path / 'cancel.py'}:model", "--backend", "reference"]) == 0
+    out = capsys.readouterr().out
+    assert "  weak          the unfused float32 run is itself" in out
+    assert cli.main(["run", f"{tmp_path / 'cancel.py'}:fine", "--backend", "reference"]) == 0
+    assert "weak" not in capsys.readouterr().out
