@@ -40,3 +40,11 @@ def _copy(model):
 def max_rel_error(got, want) -> float:
     want = np.asarray(want, dtype=np.float64)
     return float(np.max(np.abs(got - want)) / max(1.0, float(np.max(np.abs(want)))))
+
+
+def fused_error_vs_float64(model, *inputs) -> float:
+    """The fused import's largest error against the model run in float64, relative
+    to the output's largest magnitude (first output)."""
+    got, _, _ = run_imported(model, *inputs, fuse=True)
+    want = float64_reference(model, *inputs).numpy()
+    return max_rel_error(got[0].reshape(want.shape), want)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers_torch import float64_reference, max_rel_error, run_imported
+from helpers_torch import fused_error_vs_float64, max_rel_error, run_imported
 
 
 class _PartialRotary(torch.nn.Module):
@@ -46,9 +46,7 @@ def test_rotary_embeddings_on_part_of_a_narrow_head(chunked):
     torch.manual_seed(0)
     model = _PartialRotary(chunked).eval()
     x = torch.randn(2, 19, 64) * 1e2
-    got, _, _ = run_imported(model, x, fuse=True)
-    want = float64_reference(model, x).numpy()
-    assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5
+    assert fused_error_vs_float64(model, x) < 1e-5
 
 
 @pytest.mark.parametrize("tq,tk", [(9, 29), (29, 11)])
@@ -91,6 +89,4 @@ def test_a_per_head_bias_computed_by_a_linear_layer():
     torch.manual_seed(0)
     model = _HeadBiasFromLinear().eval()
     x = torch.randn(2, 37, 64) * 3
-    got, _, _ = run_imported(model, x, fuse=True)
-    want = float64_reference(model, x).numpy()
-    assert max_rel_error(got[0].reshape(want.shape), want) < 1e-5
+    assert fused_error_vs_float64(model, x) < 1e-5
