@@ -46,6 +46,7 @@ from blockbuster.errors import BackendError
 import numba  # noqa: E402
 
 from . import kernel_numpy, runtime  # noqa: E402
+from .allocator import keep_block_memory  # noqa: E402
 from .cache_loads import fast_cache_loads  # noqa: E402
 from .llvm_options import kernel_codegen  # noqa: E402
 from .parallel_compile import precompile  # noqa: E402
@@ -275,6 +276,7 @@ def compile_module(program, dtype=np.float32, *, threads: int,
         raise BackendError(f"numba: dtype must be float32 or float64, got {dtype}")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise BackendError(f"numba: threads must be a positive integer, got {threads!r}")
+    keep_block_memory()      # before any generated kernel runs (.allocator: why)
     start = time.perf_counter()
     source = generate_source(program, dtype=dtype.name, threads=threads, parallel=parallel,
                              hardware=hardware)
