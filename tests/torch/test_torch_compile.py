@@ -562,3 +562,43 @@ def test_random_draws_in_forward_are_not_frozen_into_constants():
     assert not torch.equal(first, second)
     assert any("aten.rand" in str(w.message) for w in caught
                if issubclass(w.category, FallbackWarning))
+
+
+class _PaddedSelfAttention(torch.nn.Module):
+    """Self-attention under a padding mask of one row per sequence ([B, 1, 1, T])."""
+
+    def __init__(self, e=40, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(e, 3 * e)
+        self.o = torch.nn.Linear(e, e)
+
+    def forward(self, h, keep):
+        b, t, e = h.shape
+        q, k, v = self.qkv(h).view(b, t, 3, self.heads, e // self.heads).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :].bool())
+        return self.o(o.transpose(1, 2).reshape(b, t, e))
+
+
+def test_a_sequence_that_is_all_padding_attends_nothing_and_gives_zeros_not_nan():
+    """A boolean padding mask that masks every key of one sequence: PyTorch's SDPA
+    gives 0 for its queries (a softmax of only -inf would be 0/0), and so must the
+    compiled region: a NaN there reached the output projection of every row of that
+    sequence. The other sequences (logits ~1e4) keep float32 eager's accuracy."""
+    import copy
+    torch.manual_seed(0)
+    model = _PaddedSelfAttention().eval()
+    h = torch.randn(3, 13, 40) * 100.0
+    keep = torch.ones(3, 13, dtype=torch.long)
+    keep[0] = 0                              # nothing to attend in sequence 0
+    keep[2, 9:] = 0                          # right padding in sequence 2
+    compiled = torch.compile(model, backend="blockbuster", options={"tune": "off"})
+    with torch.no_grad():
+        got, eager = compiled(h, keep), model(h, keep)
+        exact = copy.deepcopy(model).double()(h.double(), keep)
+    assert not eager.isnan().any() and not got.isnan().any()
+    scale = float(exact.abs().max())
+    eager_error = float((eager.double() - exact).abs().max()) / scale
+    assert float((got.double() - exact).abs().max()) / scale <= 4 * eager_error + 1e-6
+    # Sequence 0's attention is all zeros: what remains is the output bias.
+    assert torch.allclose(got[0], model.o.bias.expand(13, 40), atol=1e-5)

@@ -48,23 +48,16 @@ def attention(low, node, q: Value, k: Value, v: Value, mask, is_causal: bool, sc
         # a boolean mask says which keys to attend (True), not what to add
         mask = km.elementwise("where", [mask, V.scalar(0.0), V.scalar(-math.inf)], what)
     out = attend(km, q, k, v, scale, is_causal, mask, what)
-    if mask is not None and _may_mask_whole_rows(low, node) and _rows_of(low, mask):
+    if mask is not None and _may_mask_whole_rows(low, node):
         # PyTorch gives 0 for a query that may attend no key (its softmax of only
-        # -inf would be 0/0): a padded query under a causal and padding mask. A NaN
-        # there would reach every row of the next layer (0 · NaN in P·V).
+        # -inf would be 0/0): a padded query under a causal and padding mask, or
+        # every query of a sequence that is all padding (a mask of one row per
+        # sequence). A NaN there would reach every row of the next layer (0 · NaN
+        # in P·V).
         best = km.reduce("max", mask, mask.rank - 1, what, keepdim=True)
         live = km.elementwise("gt", [best, V.scalar(-math.inf)], what)
         out = km.elementwise("where", [live, out, V.scalar(0.0)], what)
     return out
-
-
-def _rows_of(low, mask: Value) -> bool:
-    """Does the mask have rows (queries) as well as keys, both tiled? A mask of one
-    row per sequence (``[B, 1, 1, S]``: a padding mask alone, or one token decoding)
-    masks a whole row only for a sequence that is all padding, and is left as it is."""
-    if mask.rank < 2 or mask.axes[-1] is None or mask.axes[-2] is None:
-        return False
-    return low.planner.planning or len(low.k.tiled(mask)) == 2
 
 
 def _may_mask_whole_rows(low, node) -> bool:
