@@ -76,11 +76,13 @@ class CompileOptions:
 
 def blockbuster_backend(gm, example_inputs, options=None, **_ignored):
     """The ``torch_dynamo_backends`` entry point."""
+    from .autograd import differentiable
     opts = CompileOptions.parse(options)
     _scalar_inputs_as_tensors(gm, example_inputs)
     if any(_symbolic(t) for t in example_inputs):
-        return Specializing(gm, opts)     # dynamic shapes: one program per size
-    return compile_graph(gm, list(example_inputs), opts)
+        # dynamic shapes: one program per size
+        return differentiable(Specializing(gm, opts), gm)
+    return differentiable(compile_graph(gm, list(example_inputs), opts), gm)
 
 
 _ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow}
@@ -146,12 +148,6 @@ class FallbackWarning(UserWarning):
     ``warnings.filterwarnings("ignore", category=FallbackWarning)``."""
 
 
-class NoGradWarning(UserWarning):
-    """A compiled region was called with autograd on and an input (a parameter)
-    that requires grad: Blockbuster computes forward only, so the outputs carry no
-    gradient graph. Said once per region."""
-
-
 def _report(message: str) -> None:
     if os.environ.get("BLOCKBUSTER_VERBOSE"):
         print(f"blockbuster: {message}")
@@ -160,7 +156,6 @@ def _report(message: str) -> None:
 
 def compile_graph(gm, example_inputs: list, opts: CompileOptions,
                   sources: list | None = None):
-    import torch
     from .capture import export
     params = _state_positions(gm, example_inputs, sources)
     try:
@@ -312,13 +307,6 @@ class CompiledRegion:
         import torch
         if self._changed(inputs):
             self._build(list(inputs))               # a parameter changed: recompile
-        if not getattr(self, "_told_no_grad", False) and torch.is_grad_enabled() and any(
-                getattr(t, "requires_grad", False) for t in inputs):
-            self._told_no_grad = True
-            warnings.warn("blockbuster: compiled regions run without autograd: their "
-                          "outputs do not require grad (use torch.no_grad() or "
-                          "torch.inference_mode() for inference; train in eager PyTorch)",
-                          NoGradWarning, stacklevel=2)
         user = [t for i, t in enumerate(inputs) if i not in self._params
                 and hasattr(t, "shape")]
         feeds = {b.name: _numpy(t) for b, t in zip(self.lowered.inputs, user)}
@@ -420,7 +408,6 @@ def _integer(node) -> bool:
 
 def _partitioned(ep, example_inputs, params, opts, unsupported):
     """Supported regions compiled, the rest left to eager PyTorch."""
-    import torch
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
     from .lower import GraphSource, flat_inputs, input_dependent, record_graph, record_values

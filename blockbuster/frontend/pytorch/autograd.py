@@ -1,0 +1,137 @@
+"""Gradients through ``torch.compile(backend="blockbuster")``.
+
+A compiled graph computes its forward pass only (block programs have no backward).
+Called with autograd on and an input that requires grad (a module's parameters do,
+unless the caller runs under ``torch.no_grad()``), the graph's outputs need a
+gradient function; without one, ``loss.backward()`` left the compiled module's
+parameters without gradients, silently. :func:`differentiable` wraps the compiled
+graph so that such a call runs it under :class:`_Recomputed`: the forward values
+are the compiled graph's, and the backward pass runs the original graph (the FX
+graph TorchDynamo handed over, in eager PyTorch) again on the saved inputs and
+differentiates that — what activation checkpointing does. Gradients are eager
+PyTorch's, at the price of one more eager forward in the backward pass; a call
+that needs no gradient (``torch.no_grad()``, ``torch.inference_mode()``, inputs
+that require none) runs the compiled graph alone, as before.
+
+A graph that draws random numbers (dropout in training mode) runs in eager
+PyTorch, forward and backward, whenever gradients are needed: a recomputation
+would draw other numbers than the forward did.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+#: Names of the torch functions and tensor methods that draw random numbers, as they
+#: appear in a TorchDynamo graph's nodes (``F.dropout``, ``torch.rand_like``, ...).
+_RANDOM_NAMES = ("dropout", "rand", "bernoulli", "multinomial", "normal", "poisson",
+                 "rrelu", "uniform", "exponential", "geometric", "cauchy", "log_normal",
+                 "random_")
+
+
+def differentiable(compiled, graph_module):
+    """``compiled`` (a callable from the graph's inputs to its outputs) with
+    gradients: see the module's docstring. ``graph_module``: TorchDynamo's graph,
+    run eagerly to differentiate."""
+    if compiled is graph_module:
+        return compiled                    # all of it left to PyTorch: autograd as is
+    random = _draws_random_numbers(graph_module)
+
+    def run(*args):
+        import torch
+        if not (torch.is_grad_enabled() and _needs_grad(args)):
+            return compiled(*args)
+        if random:
+            _say_once(run, "the graph draws random numbers (dropout in training mode) and "
+                           "a gradient is needed: it runs in eager PyTorch, forward and "
+                           "backward (under torch.no_grad() it is compiled)")
+            return graph_module(*args)
+        return _Recomputed.apply(compiled, graph_module, *args)
+
+    run.blockbuster_compiled = compiled          # what runs without gradients
+    return run
+
+
+def _needs_grad(args) -> bool:
+    return any(getattr(a, "requires_grad", False) for a in args)
+
+
+def _draws_random_numbers(graph_module) -> bool:
+    for node in graph_module.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        target = node.target
+        name = target if isinstance(target, str) else getattr(target, "__name__", "")
+        if node.op == "call_module":
+            name = type(graph_module.get_submodule(target)).__name__.lower()
+        if any(word in name.lower() for word in _RANDOM_NAMES):
+            return True
+    return False
+
+
+def _say_once(holder, message: str) -> None:
+    if getattr(holder, "_told", False):
+        return
+    holder._told = True
+    from .dynamo import FallbackWarning
+    warnings.warn(f"blockbuster: {message}", FallbackWarning, stacklevel=3)
+
+
+def _function():
+    import torch
+
+    class Recomputed(torch.autograd.Function):
+        """Forward: the compiled graph (no autograd inside). Backward: the eager
+        graph again on the saved inputs, differentiated."""
+
+        @staticmethod
+        def forward(ctx, compiled, graph_module, *args):
+            ctx.graph_module = graph_module
+            ctx.slots = [isinstance(a, torch.Tensor) for a in args]
+            ctx.others = [None if t else a for a, t in zip(args, ctx.slots)]
+            ctx.wants = [t and a.requires_grad for a, t in zip(args, ctx.slots)]
+            ctx.save_for_backward(*(a for a, t in zip(args, ctx.slots) if t))
+            outs = compiled(*args)
+            single = not isinstance(outs, (tuple, list))
+            ctx.single = single
+            outs = (outs,) if single else tuple(outs)
+            ctx.mark_non_differentiable(*(o for o in outs if isinstance(o, torch.Tensor)
+                                          and not o.is_floating_point()))
+            return outs[0] if single else outs
+
+        @staticmethod
+        def backward(ctx, *grads):
+            saved = iter(ctx.saved_tensors)
+            args = []
+            for is_tensor, other, wants in zip(ctx.slots, ctx.others, ctx.wants):
+                if is_tensor:
+                    args.append(next(saved).detach().requires_grad_(wants))
+                else:
+                    args.append(other)
+            with torch.enable_grad():
+                outs = ctx.graph_module(*args)
+            outs = (outs,) if not isinstance(outs, (tuple, list)) else tuple(outs)
+            pairs = [(o, g) for o, g in zip(outs, grads)
+                     if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
+            wanted = [a for a, w in zip(args, ctx.wants) if w]
+            found = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                         allow_unused=True) if pairs and wanted else
+                     [None] * len(wanted))
+            found = iter(found)
+            return (None, None, *(next(found) if w else None for w in ctx.wants))
+
+    return Recomputed
+
+
+class _Lazy:
+    """``torch.autograd.Function`` subclass made on first use (torch is optional)."""
+
+    _cls = None
+
+    def apply(self, *args):
+        if _Lazy._cls is None:
+            _Lazy._cls = _function()
+        return _Lazy._cls.apply(*args)
+
+
+_Recomputed = _Lazy()
