@@ -833,3 +833,23 @@ def test_a_baseline_far_off_the_oracle_makes_the_report_say_the_check_is_weak(
     assert "  weak          the unfused float32 run is itself" in out
     assert cli.main(["run", f"{tmp_path / 'cancel.py'}:fine", "--backend", "reference"]) == 0
     assert "weak" not in capsys.readouterr().out
+
+
+def test_writes_that_move_no_version_counter_are_seen_by_the_next_call(_dynamo):
+    """A fused Adam step and a write through ``p.data`` change the parameters in
+    place without moving their version counters (nor their storage): the compiled
+    module kept computing with the old weights. Each call compares a sample of every
+    parameter's values too, so the next call recompiles with the new ones."""
+    torch.manual_seed(3)
+    model = _TwoLayers()
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    x = torch.randn(2, 5, 23) * 30.0
+    with torch.no_grad():
+        fast(x)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1, fused=True)
+    F.mse_loss(model(torch.randn(2, 5, 23)), torch.zeros(2, 5, 23)).backward()
+    opt.step()                       # (PyTorch 2.13: no parameter's _version moves)
+    with torch.no_grad():
+        assert max_rel_error(fast(x).numpy(), model(x).numpy()) < 1e-5
+        model.up.weight.data.mul_(-2.0)
+        assert max_rel_error(fast(x).numpy(), model(x).numpy()) < 1e-5

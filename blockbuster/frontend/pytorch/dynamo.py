@@ -281,27 +281,12 @@ class CompiledRegion:
         return tune(tunable, backend, opts.tune)
 
     def _stamps(self, inputs) -> tuple:
-        """What identifies the region's constant inputs: a parameter by identity,
-        version and storage (``p.data = new`` moves no version); a tensor computed
-        outside the region from constants only (position ids, a mask) by its values
-        too, since it is a new tensor on every call."""
-        import torch
-        return tuple((id(t), t._version, t.data_ptr(),
-                      None if isinstance(t, torch.nn.Parameter) else t.detach().clone())
-                     for t in (inputs[i] for i in self._params))
+        """What identifies the region's constant inputs (:mod:`.stamps`)."""
+        from .stamps import Stamp
+        return tuple(Stamp(inputs[i]) for i in self._params)
 
     def _changed(self, inputs) -> bool:
-        import torch
-        for i, (ident, version, storage, values) in zip(self._params, self._stamp):
-            t = inputs[i]
-            if id(t) == ident and t._version == version and t.data_ptr() == storage:
-                continue
-            if values is not None and isinstance(t, torch.Tensor) and \
-                    t.shape == values.shape and t.dtype == values.dtype and \
-                    torch.equal(t, values):
-                continue
-            return True
-        return False
+        return not all(s.matches(inputs[i]) for i, s in zip(self._params, self._stamp))
 
     def __call__(self, *inputs):
         import torch
