@@ -853,3 +853,34 @@ def test_writes_that_move_no_version_counter_are_seen_by_the_next_call(_dynamo):
         assert max_rel_error(fast(x).numpy(), model(x).numpy()) < 1e-5
         model.up.weight.data.mul_(-2.0)
         assert max_rel_error(fast(x).numpy(), model(x).numpy()) < 1e-5
+
+
+def test_a_compiled_module_called_from_several_threads_at_once(_dynamo):
+    """Once compiled for its input sizes (the first call of each size, from one
+    thread: torch.export patches module calls process-wide while it traces), a
+    module runs from several threads at once, each call with its own numbers."""
+    import threading
+    torch.manual_seed(4)
+    model = _TwoLayers().eval()
+    fast = torch.compile(model, backend="blockbuster", options={"tune": "off"})
+    with torch.no_grad():
+        for t in (5, 11):
+            fast(torch.randn(2, t, 23))
+    errors, failures = [], []
+
+    def worker(seed):
+        g = torch.Generator().manual_seed(seed)
+        for t in (5, 11, 5):
+            x = torch.randn(2, t, 23, generator=g) * 20.0
+            try:
+                with torch.no_grad():
+                    errors.append(max_rel_error(fast(x).numpy(), model(x).numpy()))
+            except Exception as exc:            # reported below, not lost in a thread
+                failures.append(repr(exc))
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not failures, failures
+    assert len(errors) == 12 and max(errors) < 1e-5

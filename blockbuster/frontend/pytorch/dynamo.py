@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import operator
 import os
+import threading
 import warnings
 
 import attrs
@@ -35,6 +36,11 @@ from ...errors import BlockbusterError, UntrustedRulesError, UsageError
 from .dims import ImportError_
 
 _OPTIONS = ("backend", "rules", "trust_rules", "blocks", "hardware", "tune")
+
+#: Compiles take turns: graphs compiled from several threads at once (export,
+#: lowering, a region rebuilt after its weights changed) share PyTorch's tracing
+#: state and this library's caches.
+_COMPILE_LOCK = threading.RLock()
 
 
 @attrs.frozen
@@ -77,12 +83,13 @@ class CompileOptions:
 def blockbuster_backend(gm, example_inputs, options=None, **_ignored):
     """The ``torch_dynamo_backends`` entry point."""
     from .autograd import differentiable
-    opts = CompileOptions.parse(options)
-    _scalar_inputs_as_tensors(gm, example_inputs)
-    if any(_symbolic(t) for t in example_inputs):
-        # dynamic shapes: one program per size
-        return differentiable(Specializing(gm, opts), gm)
-    return differentiable(compile_graph(gm, list(example_inputs), opts), gm)
+    with _COMPILE_LOCK:
+        opts = CompileOptions.parse(options)
+        _scalar_inputs_as_tensors(gm, example_inputs)
+        if any(_symbolic(t) for t in example_inputs):
+            # dynamic shapes: one program per size
+            return differentiable(Specializing(gm, opts), gm)
+        return differentiable(compile_graph(gm, list(example_inputs), opts), gm)
 
 
 _ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow}
@@ -136,8 +143,11 @@ class Specializing:
         key = tuple(tuple(a.shape) if hasattr(a, "shape") else a for a in args)
         fn = self.compiled.get(key)
         if fn is None:
-            fn = self.compiled[key] = compile_graph(self.gm, list(args), self.opts,
-                                                    self.sources)
+            with _COMPILE_LOCK:
+                fn = self.compiled.get(key)
+                if fn is None:
+                    fn = self.compiled[key] = compile_graph(self.gm, list(args), self.opts,
+                                                            self.sources)
         return fn(*args)
 
 
@@ -291,14 +301,17 @@ class CompiledRegion:
     def __call__(self, *inputs):
         import torch
         if self._changed(inputs):
-            self._build(list(inputs))               # a parameter changed: recompile
+            with _COMPILE_LOCK:
+                if self._changed(inputs):
+                    self._build(list(inputs))       # a parameter changed: recompile
+        lowered, compiled, layouts = self.lowered, self.compiled, self._layouts
         user = [t for i, t in enumerate(inputs) if i not in self._params
                 and hasattr(t, "shape")]
-        feeds = {b.name: _numpy(t) for b, t in zip(self.lowered.inputs, user)}
-        out = self.compiled(**feeds)
+        feeds = {b.name: _numpy(t) for b, t in zip(lowered.inputs, user)}
+        out = compiled(**feeds)
         return tuple(_as_traced(torch.from_numpy(np.ascontiguousarray(out[b.name]))
                                 .reshape(b.shape).to(dtype or torch.float32), stride)
-                     for b, (dtype, stride) in zip(self.lowered.outputs, self._layouts))
+                     for b, (dtype, stride) in zip(lowered.outputs, layouts))
 
 
 def _compile_bound(backend, program):
