@@ -884,3 +884,29 @@ def test_a_compiled_module_called_from_several_threads_at_once(_dynamo):
         th.join()
     assert not failures, failures
     assert len(errors) == 12 and max(errors) < 1e-5
+
+
+def test_an_optimizer_step_on_a_few_embedding_rows_is_seen(_dynamo):
+    """A fused Adam step whose gradient reaches only the looked-up rows of an
+    embedding table changes those rows alone, likely none of the sampled values and
+    no version counter: every optimizer step is counted on the tensors it holds, so
+    the next call recompiles."""
+    class Lookup(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(256, 32)
+            self.fc = nn.Linear(32, 19)
+
+        def forward(self, ids):
+            return self.fc(self.emb(ids))
+    torch.manual_seed(5)
+    model = Lookup()
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    ids = torch.tensor([[3, 7, 11, 200]])
+    with torch.no_grad():
+        fast(ids)
+    opt = torch.optim.Adam(model.emb.parameters(), lr=0.5, fused=True)
+    model.emb(ids).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        assert max_rel_error(fast(ids).numpy(), model(ids).numpy()) < 1e-5

@@ -6,18 +6,39 @@ call. PyTorch bumps a tensor's version counter on every write in place, and a ne
 tensor set with ``p.data = t`` has another storage; but some writes move neither:
 through ``p.data`` (``p.data.mul_(0.5)``), and the fused and foreach optimizer
 steps (``torch.optim.Adam(..., fused=True)``: the compiled module kept computing
-with the weights of before the step). So a stamp also holds a sample of the
-tensor's values, ``SAMPLES`` elements spread evenly through it, compared byte for
-byte on every call (NaN equals NaN; a few microseconds per tensor): a step that
-changes the weights changes the sample. A write of only a few elements (one row
-of an embedding table) can fall between the samples; the version counter sees
-those made through the tensor itself.
+with the weights of before the step). So a stamp also holds
+
+* the count of optimizer steps that held the tensor: a post-step hook on every
+  ``torch.optim`` optimizer (registered with the first stamp) counts them, so any
+  step is seen, one that changed a single row of an embedding table too;
+* a sample of the tensor's values, ``SAMPLES`` elements spread evenly through it,
+  compared byte for byte on every call (NaN equals NaN; about a microsecond per
+  tensor): a write through ``p.data`` that changes the weights changes the sample.
+  A write of a few elements through ``p.data`` can fall between the samples.
 """
 
 from __future__ import annotations
 
 #: Elements sampled per tensor.
 SAMPLES = 16
+
+#: The attribute an optimizer step counts on each tensor it holds.
+STEPS = "_blockbuster_optimizer_steps"
+_HOOKED = [False]
+
+
+def _count_steps(optimizer, args, kwargs) -> None:
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            setattr(p, STEPS, getattr(p, STEPS, 0) + 1)
+
+
+def _hook_optimizers() -> None:
+    if _HOOKED[0]:
+        return
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    register_optimizer_step_post_hook(_count_steps)
+    _HOOKED[0] = True
 
 
 class Stamp:
@@ -28,7 +49,9 @@ class Stamp:
 
     def __init__(self, t):
         import torch
+        _hook_optimizers()
         self.ident, self.version, self.storage = id(t), t._version, t.data_ptr()
+        self.steps = getattr(t, STEPS, 0)
         self.values = None if isinstance(t, torch.nn.Parameter) else t.detach().clone()
         n = t.numel()
         self.index = torch.linspace(0, max(n - 1, 0), min(n, SAMPLES)).round().long()
@@ -41,7 +64,7 @@ class Stamp:
         if not isinstance(t, torch.Tensor):
             return False
         if id(t) == self.ident and t._version == self.version and \
-                t.data_ptr() == self.storage:
+                t.data_ptr() == self.storage and getattr(t, STEPS, 0) == self.steps:
             return self._sample(t) == self.sample
         v = self.values
         return (v is not None and t.shape == v.shape and t.dtype == v.dtype
