@@ -910,3 +910,25 @@ def test_an_optimizer_step_on_a_few_embedding_rows_is_seen(_dynamo):
     opt.step()
     with torch.no_grad():
         assert max_rel_error(fast(ids).numpy(), model(ids).numpy()) < 1e-5
+
+
+def test_second_order_gradients_through_a_compiled_module(_dynamo):
+    """``create_graph=True`` (a gradient penalty): the first-order gradient of a
+    compiled module is itself differentiable, and the second-order gradient is
+    eager PyTorch's."""
+    torch.manual_seed(6)
+    eager = _TwoLayers()
+    model = copy.deepcopy(eager)
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    x0 = torch.randn(2, 6, 23) * 3.0
+
+    def penalty_grads(net, run):
+        x = x0.clone().requires_grad_(True)
+        (gx,) = torch.autograd.grad(run(x).pow(2).sum(), x, create_graph=True)
+        gx.pow(2).sum().backward()
+        return x.grad, net.up.weight.grad
+
+    want_x, want_w = penalty_grads(eager, eager)
+    got_x, got_w = penalty_grads(model, fast)
+    assert max_rel_error(got_x.numpy(), want_x.numpy()) < 1e-5
+    assert max_rel_error(got_w.numpy(), want_w.numpy()) < 1e-5

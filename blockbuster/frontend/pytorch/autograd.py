@@ -101,13 +101,20 @@ def _function():
 
         @staticmethod
         def backward(ctx, *grads):
+            # Grad mode is on here only for a backward pass that builds a graph
+            # (create_graph=True: a gradient penalty's double backward): then the
+            # recomputation runs on the saved inputs themselves, so the gradients
+            # returned are functions of them; otherwise on detached copies.
+            create = torch.is_grad_enabled()
             saved = iter(ctx.saved_tensors)
             args = []
             for is_tensor, other, wants in zip(ctx.slots, ctx.others, ctx.wants):
-                if is_tensor:
-                    args.append(next(saved).detach().requires_grad_(wants))
-                else:
+                if not is_tensor:
                     args.append(other)
+                elif create:
+                    args.append(next(saved))
+                else:
+                    args.append(next(saved).detach().requires_grad_(wants))
             with torch.enable_grad():
                 outs = ctx.graph_module(*args)
             outs = (outs,) if not isinstance(outs, (tuple, list)) else tuple(outs)
@@ -115,8 +122,8 @@ def _function():
                      if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
             wanted = [a for a, w in zip(args, ctx.wants) if w]
             found = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                         allow_unused=True) if pairs and wanted else
-                     [None] * len(wanted))
+                                         allow_unused=True, create_graph=create)
+                     if pairs and wanted else [None] * len(wanted))
             found = iter(found)
             return (None, None, *(next(found) if w else None for w in ctx.wants))
 
