@@ -932,3 +932,26 @@ def test_second_order_gradients_through_a_compiled_module(_dynamo):
     got_x, got_w = penalty_grads(model, fast)
     assert max_rel_error(got_x.numpy(), want_x.numpy()) < 1e-5
     assert max_rel_error(got_w.numpy(), want_w.numpy()) < 1e-5
+
+
+def test_an_empty_input_is_a_one_line_error_or_left_to_pytorch(_dynamo, tmp_path, capsys):
+    """A tensor with a size of 0 cannot be a block program's input: ``run`` says so
+    naming the input (it said 'dimension _plan0: size must be positive'), and
+    torch.compile leaves the graph to PyTorch, whose result is returned."""
+    from blockbuster import cli
+    (tmp_path / "empty.py").write_text(
+        "import torch\n"
+        "def factory():\n"
+        "    return torch.nn.Linear(8, 3), (torch.randn(0, 8),)\n")
+    status = cli.main(["run", f"{tmp_path / 'empty.py'}:factory", "--backend", "reference"])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "is empty (shape (0, 8))" in err, err
+    assert "_plan" not in err and "Traceback" not in err
+    model = nn.Linear(8, 3)
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        out = fast(torch.randn(0, 8))
+    assert out.shape == (0, 3)
+    assert any("is empty" in str(w.message) for w in caught)

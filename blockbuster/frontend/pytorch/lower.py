@@ -140,6 +140,10 @@ class Lowering:
                 if self.kind.get(node.name) == "USER_INPUT" and \
                         hasattr(node.meta.get("val"), "shape"):
                     shape = tuple(int(s) for s in node.meta["val"].shape)
+                    if 0 in shape:
+                        raise ImportError_(f"input '{node.name}' is empty (shape "
+                                           f"{shape}): a block program's sizes are at "
+                                           f"least 1")
                     v = self._array(node, node.name, shape)
                     self.values[node.name] = v
                     self.inputs.append(Boundary(v.array, shape))
