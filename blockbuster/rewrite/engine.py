@@ -142,8 +142,11 @@ class FusionResult:
                 kernel = next((k for k in step.program_after.kernels if k.name == step.kernel),
                               None)
                 if kernel is not None:
+                    # The engine's intermediate programs may reuse a loop's name in
+                    # a binder inside it; printed renamed, a step reads back as text.
                     from ..ir.printer import format_kernel
-                    out.extend(format_kernel(kernel))
+                    from .subst import unshadow_kernel
+                    out.extend(format_kernel(unshadow_kernel(kernel)))
                 else:
                     out.append(f"(kernel {step.kernel} removed)")
         out.append(f"== stop: {self.stop_reason} ({self.message}) after {len(self.trace)} steps")

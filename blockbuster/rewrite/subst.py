@@ -101,14 +101,18 @@ def unshadow(e: Expr, bound: frozenset[str]) -> Expr:
     return go(e, frozenset(bound))
 
 
+def unshadow_kernel(k):
+    """Kernel ``k`` with its shadowing binders renamed (``unshadow``); ``k`` itself
+    when none shadows."""
+    stores = tuple(attrs.evolve(s, value=unshadow(s.value, frozenset(k.loop_vars)))
+                   for s in k.stores)
+    changed = any(a.value is not b.value for a, b in zip(stores, k.stores))
+    return attrs.evolve(k, stores=stores) if changed else k
+
+
 def unshadow_program(program):
     """``program`` with the shadowing binders of every kernel renamed (``unshadow``)."""
-    kernels = []
-    for k in program.kernels:
-        stores = tuple(attrs.evolve(s, value=unshadow(s.value, frozenset(k.loop_vars)))
-                       for s in k.stores)
-        changed = any(a.value is not b.value for a, b in zip(stores, k.stores))
-        kernels.append(attrs.evolve(k, stores=stores) if changed else k)
+    kernels = [unshadow_kernel(k) for k in program.kernels]
     if all(a is b for a, b in zip(kernels, program.kernels)):
         return program
     return program.evolve(kernels=tuple(kernels))

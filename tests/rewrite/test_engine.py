@@ -171,3 +171,63 @@ def test_a_fused_program_read_back_fuses_again_to_the_same_outputs(name):
     got = run_program(twice, inputs, dtype=np.float64)
     for out in program.outputs:
         np.testing.assert_allclose(got[out], want[out], rtol=1e-9, atol=1e-9)
+
+
+RELU2_MLP = """program relu2_mlp
+dim T = 37 block 16
+dim E = 53 block 32
+dim F = 101 block 32
+input X[T, E]
+weight W1[E, F]
+weight b1[F]
+weight W2[F, E]
+output Y[T, E]
+array H[T, F]
+array A[T, F]
+kernel H for t in T, f in F:
+  H[t, f] = colshift(b1[f], sum(e in E: dot(X[t, e], W1[e, f])))
+kernel A for t in T, f in F:
+  A[t, f] = square(relu(H[t, f]))
+kernel Y for t in T, e in E:
+  Y[t, e] = sum(f in F: dot(A[t, f], W2[f, e]))
+"""
+
+
+def _kernel_blocks(text: str) -> dict:
+    """Kernel name -> its lines, of a program's or a derivation step's text."""
+    blocks, name = {}, None
+    for line in text.splitlines():
+        if line.startswith("kernel "):
+            name = line.split()[1]
+            blocks[name] = [line]
+        elif name is not None and line.startswith("  "):
+            blocks[name].append(line)
+        else:
+            name = None
+    return blocks
+
+
+def test_every_step_of_a_derivation_reads_back_as_a_program():
+    """``--explain`` prints the kernel each step rewrote. Inlining H into Y put H's
+    ``sum(e in E: ...)`` inside Y's loop over ``e``: the step printed that binder as
+    it was, text the parser rejects ('shadows the enclosing loop variable'). Each
+    printed kernel, put into its step's program, now parses to the same program."""
+    from blockbuster.ir.printer import format_program
+    from blockbuster.ir.verify import verify
+    program = parse_program(RELU2_MLP)
+    result = fuse(program)
+    steps = result.derivation().split("\n== step ")[1:]
+    assert len(steps) == len(result.trace) >= 2
+    for text, step in zip(steps, result.trace):
+        printed = _kernel_blocks(text)
+        if not printed:
+            continue                              # the step removed its kernel
+        lines = format_program(step.program_after).splitlines()
+        own = _kernel_blocks("\n".join(lines))
+        start = lines.index(own[step.kernel][0])
+        lines[start:start + len(own[step.kernel])] = printed[step.kernel]
+        again = verify(parse_program("\n".join(lines)))
+        inputs = random_inputs(program, seed=1)
+        want = run_program(step.program_after, inputs)
+        got = run_program(again, inputs)
+        np.testing.assert_allclose(got["Y"], want["Y"], rtol=1e-12, atol=0)
