@@ -856,15 +856,17 @@ def test_writes_that_move_no_version_counter_are_seen_by_the_next_call(_dynamo):
 
 
 def test_a_compiled_module_called_from_several_threads_at_once(_dynamo):
-    """Once compiled for its input sizes (the first call of each size, from one
-    thread: torch.export patches module calls process-wide while it traces), a
-    module runs from several threads at once, each call with its own numbers."""
+    """Once compiled for its input sizes, a module runs from several threads at
+    once, each call with its own numbers. The compiles happen in one thread first:
+    torch.export patches module calls process-wide while it traces. After a second
+    size TorchDynamo hands over a graph of symbolic sizes, which compiles each size
+    on its first call: the first size is called once more."""
     import threading
     torch.manual_seed(4)
     model = _TwoLayers().eval()
     fast = torch.compile(model, backend="blockbuster", options={"tune": "off"})
     with torch.no_grad():
-        for t in (5, 11):
+        for t in (5, 11, 5):
             fast(torch.randn(2, t, 23))
     errors, failures = [], []
 
@@ -955,3 +957,39 @@ def test_an_empty_input_is_a_one_line_error_or_left_to_pytorch(_dynamo, tmp_path
         out = fast(torch.randn(0, 8))
     assert out.shape == (0, 3)
     assert any("is empty" in str(w.message) for w in caught)
+
+
+def test_outputs_are_named_after_where_the_model_returns_them(tmp_path, capsys):
+    """A model returning a dict of a tensor and a pair: the program's outputs are
+    ``h``, ``pair_0`` and ``pair_1`` (they were the graph's node names, ``add``,
+    ``relu``, ``sum_1``), and ``run --save-outputs`` writes them under those names,
+    each equal to the model's own output."""
+    from blockbuster import cli
+    (tmp_path / "named.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(9, 13)\n"
+        "    def forward(self, x):\n"
+        "        h = self.fc(x) * 40.0\n"
+        "        return {'h': h, 'pair': (torch.relu(h), h.sum(-1))}\n"
+        "def factory():\n"
+        "    torch.manual_seed(0)\n"
+        "    return M().eval(), (torch.randn(6, 9),)\n")
+    saved = tmp_path / "out.npz"
+    status = cli.main(["run", f"{tmp_path / 'named.py'}:factory", "--backend", "reference",
+                       "--save-outputs", str(saved)])
+    assert status == 0, capsys.readouterr().err
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("named", tmp_path / "named.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model, (x,) = mod.factory()
+    with torch.no_grad():
+        want = model(x)
+    got = np.load(saved)
+    assert sorted(got.files) == ["h", "pair_0", "pair_1"]
+    for name, ref in (("h", want["h"]), ("pair_0", want["pair"][0]),
+                      ("pair_1", want["pair"][1])):
+        assert max_rel_error(got[name].reshape(ref.shape), ref.double().numpy()) < 1e-5, name

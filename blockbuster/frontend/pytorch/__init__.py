@@ -10,10 +10,12 @@ def lower_module(fn, *example_inputs, blocks=None, name=None):
     weight values)."""
     from .capture import export
     from .lower import lower, source_from_export
+    from .output_names import named_outputs, output_paths
     ep = export(fn, example_inputs)
     name = name or getattr(fn, "__name__", None) or type(fn).__name__
     name = "".join(ch if ch.isalnum() else "_" for ch in str(name)) or "model"
-    return lower(source_from_export(ep, example_inputs), name, blocks)
+    return named_outputs(lower(source_from_export(ep, example_inputs), name, blocks),
+                         output_paths(ep))
 
 
 __all__ = ["ImportError_", "from_torch", "lower_module"]
@@ -28,6 +30,8 @@ def from_torch(fn, *example_inputs, weights: str = "bind", blocks=None, name=Non
     (``program.params``), so ``bb.compile(program)(x=...)`` needs only the inputs;
     ``weights="inputs"`` leaves them for the caller to pass. Graph inputs become
     ``input`` arrays named after the function's arguments, outputs keep their order
+    and are named after where a dict, tuple or ``ModelOutput`` returns them
+    (``logits``, ``pair_0``; one tensor keeps its node's name)
     (a module whose ``forward`` takes ``use_cache`` and is not given it, a Hugging
     Face decoder, is called with ``use_cache=False``: no key/value cache output).
     Size-1 axes are not stored (a ``[1, T, E]`` input is the array ``[T, E]``; the

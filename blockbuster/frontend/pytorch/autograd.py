@@ -29,10 +29,11 @@ _RANDOM_NAMES = ("dropout", "rand", "bernoulli", "multinomial", "normal", "poiss
                  "random_")
 
 
-def differentiable(compiled, graph_module):
+def differentiable(compiled, graph_module, report=warnings.warn):
     """``compiled`` (a callable from the graph's inputs to its outputs) with
     gradients: see the module's docstring. ``graph_module``: TorchDynamo's graph,
-    run eagerly to differentiate."""
+    run eagerly to differentiate. ``report(message)``: says (once) that a graph
+    runs eagerly."""
     if compiled is graph_module:
         return compiled                    # all of it left to PyTorch: autograd as is
     random = _draws_random_numbers(graph_module)
@@ -42,7 +43,7 @@ def differentiable(compiled, graph_module):
         if not (torch.is_grad_enabled() and _needs_grad(args)):
             return compiled(*args)
         if random:
-            _say_once(run, "the graph draws random numbers (dropout in training mode) and "
+            _say_once(run, report, "the graph draws random numbers (dropout in training mode) and "
                            "a gradient is needed: it runs in eager PyTorch, forward and "
                            "backward (under torch.no_grad() it is compiled)")
             return graph_module(*args)
@@ -69,12 +70,11 @@ def _draws_random_numbers(graph_module) -> bool:
     return False
 
 
-def _say_once(holder, message: str) -> None:
+def _say_once(holder, report, message: str) -> None:
     if getattr(holder, "_told", False):
         return
     holder._told = True
-    from .dynamo import FallbackWarning
-    warnings.warn(f"blockbuster: {message}", FallbackWarning, stacklevel=3)
+    report(message)
 
 
 def _function():

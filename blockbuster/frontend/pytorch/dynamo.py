@@ -88,8 +88,8 @@ def blockbuster_backend(gm, example_inputs, options=None, **_ignored):
         _scalar_inputs_as_tensors(gm, example_inputs)
         if any(_symbolic(t) for t in example_inputs):
             # dynamic shapes: one program per size
-            return differentiable(Specializing(gm, opts), gm)
-        return differentiable(compile_graph(gm, list(example_inputs), opts), gm)
+            return differentiable(Specializing(gm, opts), gm, _report)
+        return differentiable(compile_graph(gm, list(example_inputs), opts), gm, _report)
 
 
 _ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow}
