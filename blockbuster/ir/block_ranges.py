@@ -37,12 +37,13 @@ def _interval(ix: Idx, ranges: dict) -> tuple[int, int] | None:
 _ENUMERATION_LIMIT = 20_000
 
 
-def _violation(ix: Idx, binders: tuple, dims, ok) -> dict | None:
+def _violation(ix: Idx, binders: tuple, dims, ok, also=()) -> dict | None:
     """An assignment of the enclosing variables (``binders``: ``(var, dim, lo, hi)``
     in binding order, a sub-range's bounds in terms of outer variables) under which
-    ``ok(value of ix)`` fails; None when there is none, or when there are too many
-    assignments to try (the interval bound already failed to prove it safe)."""
-    needed = set(idx_free_vars(ix))
+    ``ok(value of ix, assignment)`` fails; None when there is none, or when there are
+    too many assignments to try (the interval bound already failed to prove it safe).
+    ``also``: variables assigned too though ``ix`` does not use them."""
+    needed = set(idx_free_vars(ix)) | set(also)
     for var, _dim, lo, hi in reversed(binders):        # what the bounds depend on
         if var in needed:
             for bound in (lo, hi):
@@ -59,7 +60,7 @@ def _violation(ix: Idx, binders: tuple, dims, ok) -> dict | None:
             tried += 1
             if tried > _ENUMERATION_LIMIT:
                 raise _TooMany
-            return None if ok(evaluate(ix, env)) else dict(env)
+            return None if ok(evaluate(ix, env), env) else dict(env)
         var, dim, lo, hi = order[i]
         first = 0 if lo is None else evaluate(lo, env)
         stop = dims[dim].nblocks if hi is None else evaluate(hi, env)
@@ -103,7 +104,7 @@ def check_block_ranges(value: Expr, binders: tuple, program: Program, where: str
                               for v, d, lo, hi in scope})
         if span is not None and low <= span[0] and span[1] <= high:
             return None
-        return _violation(ix, scope, dims, lambda x: low <= x <= high)
+        return _violation(ix, scope, dims, lambda x, _env: low <= x <= high)
 
     def _reduce_span(lo, hi, d, scope):
         outer = {v: (0, dims[dd].nblocks - 1) for v, dd, _l, _h in scope}
@@ -129,6 +130,7 @@ def check_block_ranges(value: Expr, binders: tuple, program: Program, where: str
             if env is not None:
                 raise IRError(f"{where}: index {ix} reads block {evaluate(ix, env)} of {d}, "
                               f"which has {plural(n)}{at(env)}, in `{snippet(e)}`")
+            _check_ragged_pick(ix, d, scope, e)
         if op == "reduce":          # bounds past the dimension are clamped to it
             a = e.attr
             for body in e.args:
@@ -138,5 +140,35 @@ def check_block_ranges(value: Expr, binders: tuple, program: Program, where: str
         else:
             for arg in e.args:
                 walk(arg, scope)
+
+    def _check_ragged_pick(ix: Idx, d: str, scope: tuple, e: Expr) -> None:
+        """A computed index of a ragged dimension (``3 - m``, ``m // 2``) picks a
+        block whose extent must be the one the loop over that dimension is at: the
+        last (short) block exactly when the loop is at its last block. (A constant
+        index is the type checker's concern; a plain loop variable always agrees.)"""
+        dim = dims[d]
+        if dim.point or dim.size % dim.block == 0 or isinstance(ix, (IVar, IConst)):
+            return
+        own = [v for v, vd, _lo, _hi in scope if vd == d and v in idx_free_vars(ix)]
+        last = dim.nblocks - 1
+        if len(own) == 1:
+            v = own[0]
+            env = _violation(ix, scope, dims, lambda x, env: (x == last) == (env[v] == last),
+                             also=(v,))
+            if env is None:
+                return
+            got = evaluate(ix, env)
+            raise IRError(
+                f"{where}: index {ix} of {d} = {dim.size} in blocks of {dim.block} picks "
+                f"block {got} ({dim.extent(got)} long) where the loop's block {env[v]} is "
+                f"{dim.extent(env[v])} long{at(env)}, in `{snippet(e)}`: a computed index "
+                f"of a ragged dimension must keep the last block last (make {d} a multiple "
+                f"of its block)")
+        raise IRError(
+            f"{where}: index {ix} of {d} = {dim.size} in blocks of {dim.block} is computed "
+            f"from {'no' if not own else 'several'} loop{'s' if own else ''} over {d}, so "
+            f"the extent of the block it picks is not the loop's (the last block is "
+            f"{dim.size % dim.block} long), in `{snippet(e)}`: make {d} a multiple of its "
+            f"block")
 
     walk(value, binders)

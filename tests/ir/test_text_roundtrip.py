@@ -77,12 +77,13 @@ def _causal_gqa_by_hand():
 
 
 # A local array of accumulators stored with ':', a range `K[1 : ]`, a meanvar
-# reduction with projections, index arithmetic, comments, and constants that are
+# reduction with projections, index arithmetic (on a dimension of whole blocks: a
+# computed index of a ragged one must keep its last block last), comments, and constants that are
 # negative, infinite, signed zero, and written with exponents.
 MISC = """\
 program misc  # comments are ignored
 dim M = 70 block 32
-dim K = 50 block 16
+dim K = 64 block 16
 dim N = 40 block 16
 input X[M, K]
 input W[K, N]

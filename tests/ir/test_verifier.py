@@ -226,3 +226,22 @@ def test_a_constant_block_past_the_end_is_named_as_such():
                               text=text),
                       "index 9 reads block 9 of M, which has", "in `T[9, n]`")
         assert ", at ," not in err and "ends in a block" not in err
+
+
+def test_a_computed_block_index_of_a_ragged_dimension_keeps_the_last_block_last():
+    """M = 70 in blocks of 32 ends in a block of 6. ``T[2 - m, n]`` and ``T[m // 2,
+    n]`` pick a 32-long block where the loop is at the 6-long one (or the other way
+    round): the verifier accepted them, the reference interpreter failed on the
+    shapes, and the Numba backend read past the end of the array. A computed index
+    that keeps the last block last, or M in whole blocks, is accepted."""
+    rejects(program("colshift(b[n], exp(T[m, n]))", "T[2 - m, n]"),
+            "kernel 'Y'", "index 2 - m of M = 70 in blocks of 32 picks block 2 (6 long)",
+            "the loop's block 0 is 32 long", "at m=0", "in `T[2 - m, n]`")
+    rejects(program("colshift(b[n], exp(T[m, n]))", "add(T[m, n], T[m // 2, n])"),
+            "picks block 1 (32 long)", "the loop's block 2 is 6 long", "at m=2")
+    kept = program("colshift(b[n], exp(T[m, n]))", "T[m * 1, n]")
+    assert verify(kept) is kept
+    even = BASE.replace("dim M = 70 block 32", "dim M = 96 block 32")
+    for expr in ("T[2 - m, n]", "add(T[m, n], T[m // 2, n])"):
+        p = program("colshift(b[n], exp(T[m, n]))", expr, text=even)
+        assert verify(p) is p
