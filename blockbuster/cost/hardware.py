@@ -39,6 +39,13 @@ class Hardware:
     def as_dict(self) -> dict:
         return attrs.asdict(self)
 
+    @property
+    def local_tier_is_cache(self) -> bool:
+        """Whether a kernel over the local capacity still runs, only slower (a CPU's
+        L2: its blocks spill to the next level); a GPU's shared memory is a hard
+        limit (:class:`blockbuster_triton.hardware.GpuHardware` says False)."""
+        return True
+
     def summary(self) -> str:
         """The name and the key figures, on one line (reports print it)."""
         return (f"{self.name} ({self.cores} core{'s' if self.cores != 1 else ''}, "

@@ -171,6 +171,18 @@ class Cost:
                    / self.hardware.global_bandwidth_bytes_per_s for k in calls)
 
     @property
+    def spilled_objective(self) -> float:
+        """The objective with each kernel that does not fit the local tier priced as
+        if all its local traffic crossed the global tier as well: the most that
+        overflowing a local tier that is a cache can cost (its blocks spill to the
+        next level, which is at worst the global tier). Finite where the objective
+        is infinite."""
+        bw = self.hardware.global_bandwidth_bytes_per_s
+        return sum(k.time_estimate + (TRAFFIC_WEIGHT * k.global_bytes
+                                      + (0 if k.fits else k.local_traffic_bytes)) / bw
+                   for k in self.per_kernel if not k.weight_prep)
+
+    @property
     def rank(self) -> tuple[float, float]:
         """What a pricing guard compares: the objective, then (both infinite: neither
         fits a local tier that is a cache, as at the large blocks measured tuning

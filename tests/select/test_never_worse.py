@@ -66,3 +66,33 @@ def test_fusion_that_pays_is_kept_whole():
     result = bb.fuse(bb.workload("attention", N=100, S=70, D=16))
     assert not result.fallback
     assert len(result.program.kernels) == 1
+
+
+def test_over_a_cache_s_capacity_fusion_is_priced_with_its_spill():
+    """Flash attention at 256-wide blocks: its kernel's footprint bound (1.8 MB) is
+    over the 1 MiB local tier, so its objective is infinite, while every unfused
+    kernel fits. On a CPU, whose local tier is a cache, an overflowing kernel is
+    slower, not impossible: priced as if all its local traffic also crossed the
+    global tier, it is still far cheaper than moving the 817 MiB of scores, and
+    fuse() keeps it whole (it fell back to the unfused pieces). On hardware whose
+    local tier is a hard limit (a GPU's shared memory) it does not."""
+    import attrs
+    from blockbuster.cost import DEFAULT_HARDWARE, Hardware
+    program = bb.workload("attention", N=4096, S=4096, D=64,
+                          blocks={"N": 256, "S": 256, "D": 64})
+    result = bb.fuse(program)
+    assert not result.fallback and len(result.program.kernels) == 1
+    after, before = bb.cost(result.program), bb.cost(program)
+    assert not after.fits and before.fits
+    assert after.spilled_objective < before.objective
+    assert after.per_call_bytes * 20 < before.per_call_bytes
+
+    @attrs.frozen
+    class SharedMemory(Hardware):
+        @property
+        def local_tier_is_cache(self) -> bool:
+            return False
+
+    hard = SharedMemory(**attrs.asdict(DEFAULT_HARDWARE))
+    kept = bb.fuse(program, hardware=hard)
+    assert kept.fallback and len(kept.program.kernels) > 1

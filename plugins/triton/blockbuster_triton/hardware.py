@@ -42,6 +42,11 @@ class GpuHardware(Hardware):
         """The :class:`Hardware` fields only: reports rebuild a ``Hardware`` from it."""
         return {f.name: getattr(self, f.name) for f in attrs.fields(Hardware)}
 
+    @property
+    def local_tier_is_cache(self) -> bool:
+        """Shared memory: a kernel over it does not run at all."""
+        return False
+
     def summary(self) -> str:
         """The name and key figures on one line, in a GPU's terms (reports print it)."""
         return (f"{self.name} ({self.cores} SMs, shared memory "
