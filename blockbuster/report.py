@@ -266,8 +266,10 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(f"  never worse   {r['fallback']}")
     for piece in r.get("pieces", []):
         rules = ", ".join(f"{name}×{n}" for name, n in piece["rules"].items()) or "no rules"
-        lines.append(f"  piece         {len(piece['kernels'])} kernels ({piece['kernels'][0]}.."
-                     f"{piece['kernels'][-1]}) -> {', '.join(piece['fused_kernels'])}: {rules}")
+        ks = piece["kernels"]
+        span = f"kernel ({ks[0]})" if len(ks) == 1 else f"kernels ({ks[0]}..{ks[-1]})"
+        lines.append(f"  piece         {len(ks)} {span} -> "
+                     f"{', '.join(piece['fused_kernels'])}: {rules}")
     if r.get("verified_steps") is not None:
         n = r["verified_steps"]
         lines.append(f"verified steps  {n} step{'' if n == 1 else 's'} of fusing "

@@ -283,3 +283,33 @@ def test_the_numba_module_itself_copies_read_only_inputs():
         a.flags.writeable = False
     out = compile_module(program, threads=2)(inputs)["O"]
     assert np.abs(out - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+MLP = """program relu2_mlp
+dim T = 37 block 16
+dim E = 53 block 32
+dim F = 101 block 32
+input X[T, E]
+weight W1[E, F]
+weight W2[F, E]
+output Y[T, E]
+array A[T, F]
+kernel A for t in T, f in F:
+  A[t, f] = square(relu(sum(e in E: dot(X[t, e], W1[e, f]))))
+kernel Y for t in T, e in E:
+  Y[t, e] = sum(f in F: dot(A[t, f], W2[f, e]))
+"""
+
+
+def test_a_step_limit_short_of_fusion_is_named_as_the_cause(tmp_path, capsys):
+    """``--max-steps 1``: the report said fusing 'did not pay (cost-model objective or
+    per-call bytes grew ...)', blaming the cost where the limit stopped the run; the
+    pieces were '1 kernels (A..A)'."""
+    path = tmp_path / "mlp.bbp"
+    path.write_text(MLP)
+    assert cli.main(["run", str(path), "--max-steps", "1", "--backend", "reference"]) == 0
+    out = capsys.readouterr().out
+    assert "the whole-program run stopped (step_limit) after 1 step, short of a fusion " \
+           "that pays" in out, out
+    assert "did not pay" not in out
+    assert "1 kernel (A) -> A" in out and "kernels (A..A)" not in out

@@ -272,7 +272,7 @@ def test_a_limit_that_stopped_the_whole_run_is_reported_when_selection_takes_ove
     from blockbuster.dsl.loader import load_rules_text
     rules = load_rules_text("rule grow: exp(a) => exp(add(a, 0.0))\n")
     result = bb.fuse(bb.workload("attention", N=40, D=8), rules=rules)
-    assert "the whole-program run stopped: depth_limit after" in result.fallback
+    assert "the whole-program run stopped (depth_limit) after" in result.fallback
 
 
 SHIFTED = """\
