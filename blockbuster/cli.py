@@ -130,7 +130,9 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.flush()          # a closed pipe shows here, inside the handlers
         return status
     except SourceError as err:
-        print(err.render(), file=sys.stderr)
+        # FILE:LINE:COL with the line and a caret; a whole-file problem (no such
+        # file) has no position, and reads as the other errors do.
+        print(err.render() if err.line else f"error: {err.headline()}", file=sys.stderr)
         return _json_error(args, err.headline(), err.exit_code)
     except BlockbusterError as err:
         print(f"error: {_one_line(str(err))}", file=sys.stderr)
