@@ -188,9 +188,25 @@ class RuleFileLoader:
 
     def load_text(self, text: str, filename: str, base: Path | None = None) -> None:
         tree = parse(text, "rulefile", filename)
-        for item in tree.children:
-            handler = getattr(self, f"_{item.data}")
-            handler(item, text, filename, base)
+        # Where each rule and phase of this file is declared: a name used before its
+        # declaration is told so, not called unknown.
+        outer = getattr(self, "_declared", {})      # an including file's
+        self._declared = {(item.data, str(item.children[0])): item.children[0].line
+                          for item in tree.children if item.data in ("rule", "phase")}
+        try:
+            for item in tree.children:
+                handler = getattr(self, f"_{item.data}")
+                handler(item, text, filename, base)
+        finally:
+            self._declared = outer
+
+    def _unknown(self, kind: str, tok) -> str:
+        """``unknown rule 'a'``, or where ``a`` is declared later in this file, that."""
+        line = getattr(self, "_declared", {}).get((kind, str(tok)))
+        if line is not None and line > tok.line:
+            return (f"{kind} '{tok}', which is declared later (line {line}): declare a "
+                    f"{kind} before the line that names it")
+        return f"unknown {kind} '{tok}'"
 
     # -- items -----------------------------------------------------------------
     def _include(self, item, text, filename, base):
@@ -336,7 +352,7 @@ class RuleFileLoader:
                                filename)
             seen.add(str(tok))
             if str(tok) not in self.rules:
-                raise error_at(tok, f"phase '{name_tok}' names unknown rule '{tok}'",
+                raise error_at(tok, f"phase '{name_tok}' names {self._unknown('rule', tok)}",
                                text, filename)
         self.phases.append(Phase(str(name_tok), tuple(str(t) for t in rule_toks),
                                  SourceLoc(filename, name_tok.line, name_tok.column)))
@@ -358,7 +374,8 @@ class RuleFileLoader:
         known = {p.name for p in self.phases}
         for tok in item.children:
             if str(tok) not in known:
-                raise error_at(tok, f"schedule names unknown phase '{tok}'", text, filename)
+                raise error_at(tok, f"schedule names {self._unknown('phase', tok)}", text,
+                               filename)
         self.schedule = tuple(str(t) for t in item.children)
         # Phases declared before it in included files may be left out on purpose (a
         # subset of the default set); the file's own phases, and later ones, not.
