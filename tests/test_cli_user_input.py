@@ -79,7 +79,7 @@ def test_a_rule_file_without_rules_is_refused(text, tmp_path, capsys):
                  ["run", "attention", "--size", "N=40", "--backend", "reference",
                   "--rules", str(path)]):
         err = _fails(argv, capsys)
-        assert err == f"{path}: no rules in this file (a rule set with no rules fuses nothing)\n"
+        assert err == f"error: {path}: no rules in this file (a rule set with no rules fuses nothing)\n"
 
 
 def test_including_a_directory_says_so(tmp_path, capsys):
