@@ -33,7 +33,7 @@ from ..ir.program import Kernel, Program, Store
 from ..ir.types import ArrayType, Dim, GlobalArray
 from ..ir.verify import verify
 from ..rewrite.guards import GUARD_IMPLS, RuleContext
-from ..rewrite.subst import unshadow
+from ..rewrite.subst import substitute_index, unshadow
 from ..rewrite.matcher import compile_pattern, instantiate
 from .patterns import CANDIDATE_TYPES, TILES, MalformedRule, PatternInfo, TypeSampler, analyse
 
@@ -46,7 +46,8 @@ RANGE_KINDS = ("empty", 1, 2, 3, 4, 5, 6, 7, "sub", "dependent", "dependent_inne
 #: Guards about values and structure; the others (cost model, arrays) cannot make a
 #: rewrite unsound, so the checker takes them as holding.
 SEMANTIC_GUARDS = {"invariant", "depends", "scalar", "vector", "block", "constant",
-                   "positive", "bounds_invariant", "whole", "reduces_over", "weights_only"}
+                   "positive", "bounds_invariant", "whole", "reduces_over", "weights_only",
+                   "sums"}
 
 
 def _guarded(rule: RuleDef, name: str) -> list[tuple]:
@@ -201,6 +202,14 @@ class InstanceBuilder:
                 bindings[name] = E.call("exp", bindings[name])
             inputs_text.append(f"{name}: {typ}" + (f" (varies with {', '.join(v for v, _ in deps)})"
                                                    if deps else ""))
+        # sums(m, x, k, R): m is the sum of x's row sums over its own copy of R (the
+        # row mean but for the scale, which the guard does not ask for).
+        for m, x, k, r in _guarded(self.rule, "sums"):
+            if m in bindings and x in bindings and r in bindings and k in bindings:
+                dim_name, lo, hi = bindings[r]
+                inner = substitute_index(bindings[x], {bindings[k]: IVar("__sum")})
+                bindings[m] = E.reduce("sum", "__sum", dim_name, E.call("rowsum", inner),
+                                       lo=lo, hi=hi)
         if len(axes) == 0:
             dims["U"] = Dim("U", 1, 1, point=True)
         loops = [(OUTER, "I")] + [(f"__o{n}", a) for n, a in enumerate(axes)]

@@ -33,6 +33,10 @@ GUARDS: dict[str, tuple[tuple[str, ...], str]] = {
     "whole": (("range",), "R covers its whole dimension (no sub-range bounds)"),
     "reduces_over": (("expr", "range"), "x contains a reduction over all of range R "
                                         "(computing x takes a pass of its own over R)"),
+    "sums": (("expr", "expr", "var", "range"), "m contains a reduction over all of range R "
+                                               "that sums x itself (its binder in place "
+                                               "of k): m is computed from the same "
+                                               "values, such as their mean"),
     "cheaper_after": (("phase",), "the action's result, after running phase P to a "
                                   "fixpoint, costs less (cost-model objective)"),
     "cheaper": ((), "the action's result costs less (cost-model objective)"),

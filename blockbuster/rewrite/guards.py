@@ -152,6 +152,21 @@ def reduces_over(x: Expr, rng: tuple) -> bool:
     return False
 
 
+def sums(m: Expr, x: Expr, k: str, rng: tuple) -> bool:
+    """``m`` contains a reduction over exactly the range ``rng`` whose bodies hold
+    ``x`` with the reduction's own binder in place of ``k``: ``m`` is computed from
+    the values ``x`` takes over the range (their mean), not from other data."""
+    from .subst import substitute_index
+    from ..ir.index import IVar
+    for n in m.walk():
+        if n.op != "reduce" or n.attr.dim != rng[0] or (n.attr.lo, n.attr.hi) != rng[1:]:
+            continue
+        inner = substitute_index(x, {k: IVar(n.attr.var)}) if n.attr.var != k else x
+        if any(inner in set(body.walk()) for body in n.args):
+            return True
+    return False
+
+
 def fits_local(ctx: RuleContext, array: str) -> bool:
     """Inlining ``array`` into its consumers keeps each one within the local tier."""
     from .actions import inline_everywhere
@@ -175,6 +190,7 @@ GUARD_IMPLS: dict[str, Callable] = {
     "bounds_invariant": lambda ctx, b, r, v: _bounds_invariant(b, r, v),
     "weights_only": lambda ctx, b, x: _weights_only(ctx.program, b[x]),
     "reduces_over": lambda ctx, b, x, r: reduces_over(b[x], b[r]),
+    "sums": lambda ctx, b, m, x, k, r: sums(b[m], b[x], b[k], b[r]),
     "whole": lambda ctx, b, r: b[r][1] is None and b[r][2] is None,
     "cheaper_after": lambda ctx, b, p: cheaper_after(ctx, p),
     "cheaper": lambda ctx, b: cheaper(ctx),

@@ -94,3 +94,43 @@ def test_fused_matches_the_oracle_at_ragged_sizes(name, sizes, blocks):
     assert fused.intermediates == ()
     v = compare(run_program(fused, x), oracle(name, x))
     assert v.passed, v
+
+
+VARIANCE_AROUND_ANOTHER_MEAN = """program varz
+dim N = 32 block 16
+dim K = 70 block 16
+input X[N, K]
+input Z[N, K]
+output Y[N]
+output V[N]
+array mz[N]
+array mx[N]
+kernel mz for n in N:
+  mz[n] = mul(sum(k in K: rowsum(Z[n, k])), 0.014285714285714285)
+kernel mx for n in N:
+  mx[n] = mul(sum(k in K: rowsum(X[n, k])), 0.014285714285714285)
+kernel Y for n in N:
+  Y[n] = sum(k in K: rowsum(square(rowshift(neg(mz[n]), X[n, k]))))
+kernel V for n in N:
+  V[n] = sum(k in K: rowsum(square(rowshift(neg(mx[n]), X[n, k]))))
+"""
+
+
+def test_chan_applies_around_the_mean_of_the_same_values_only():
+    """Squared deviations of X's rows around the row mean of another array Z close
+    to them: Chan's identity computes s/n - m, which cancels at the scale of the
+    data (2e-2 relative error where the two-pass sum is exact). Around X's own mean
+    (V) it applies, as in LayerNorm; around Z's (Y) the two-pass form stays."""
+    from blockbuster.ir.parser import parse_program
+    program = parse_program(VARIANCE_AROUND_ANOTHER_MEAN)
+    rng = np.random.default_rng(0)
+    x = {"X": (1000 + 1e-3 * rng.standard_normal((32, 70))).astype(np.float32),
+         "Z": np.full((32, 70), 1000.0078125, np.float32)}
+    fused = fuse(program).program
+    assert "meanvar(" in str(fused)               # V's variance, by Chan
+    out = run_program(fused, x)
+    X, Z = x["X"].astype(np.float64), x["Z"].astype(np.float64)
+    want_y = ((X - Z.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    want_v = ((X - X.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    assert np.max(np.abs(out["Y"] - want_y) / np.abs(want_y).max()) < 1e-4
+    assert np.max(np.abs(out["V"] - want_v) / np.abs(want_v).max()) < 1e-2
