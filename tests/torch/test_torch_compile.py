@@ -602,3 +602,22 @@ def test_a_sequence_that_is_all_padding_attends_nothing_and_gives_zeros_not_nan(
     assert float((got.double() - exact).abs().max()) / scale <= 4 * eager_error + 1e-6
     # Sequence 0's attention is all zeros: what remains is the output bias.
     assert torch.allclose(got[0], model.o.bias.expand(13, 40), atol=1e-5)
+
+
+def test_a_block_name_no_region_has_is_said_not_ignored():
+    """``options={"blocks": {...}}`` names dimensions of the regions (``N64``); a name
+    none of them has (a typo) was ignored silently. It is said once, with the
+    dimensions there are; a name that exists is used."""
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU()).eval()
+    compiled = torch.compile(model, backend="blockbuster",
+                             options={"backend": "reference", "blocks": {"ZZZ": 16, "N64": 32}})
+    x = torch.randn(5, 64)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always", FallbackWarning)
+        got = compiled(x)
+    said = [str(w.message) for w in caught if "blocks:" in str(w.message)]
+    assert len(said) == 1 and "no dimension ZZZ" in said[0] and "N64" in said[0], said
+    assert "N64," not in said[0].split("no dimension")[1].split("(")[0]
+    assert _close(got, model(x))

@@ -34,6 +34,7 @@ import numpy as np
 
 from ...errors import BlockbusterError, UntrustedRulesError, UsageError
 from .dims import ImportError_
+from .layouts import as_traced, output_layouts
 
 _OPTIONS = ("backend", "rules", "trust_rules", "blocks", "hardware", "tune")
 
@@ -179,7 +180,9 @@ def compile_graph(gm, example_inputs: list, opts: CompileOptions,
         try:
             if not unsupported:
                 try:
-                    return WholeGraph(ep, example_inputs, params, opts)
+                    whole = WholeGraph(ep, example_inputs, params, opts)
+                    _check_block_names(opts, [whole])
+                    return whole
                 except ImportError_ as exc:
                     if exc.node is not None:
                         raise
@@ -191,7 +194,9 @@ def compile_graph(gm, example_inputs: list, opts: CompileOptions,
                     _report(f"the whole graph is left to PyTorch after an internal "
                             f"error: {type(exc).__name__}: {exc}")
                     return gm
-            return _partitioned(ep, example_inputs, params, opts, unsupported)
+            run = _partitioned(ep, example_inputs, params, opts, unsupported)
+            _check_block_names(opts, run.regions)
+            return run
         except ImportError_ as exc:
             if exc.node is None or exc.node in unsupported:
                 raise
@@ -206,6 +211,19 @@ def compile_graph(gm, example_inputs: list, opts: CompileOptions,
 
 class _NoRegion(Exception):
     pass
+
+
+def _check_block_names(opts: CompileOptions, regions: list) -> None:
+    """Say (once per graph) which names of the ``blocks`` option no dimension of the
+    graph's regions has: a typo would otherwise leave every block as chosen."""
+    if not opts.blocks or not regions:
+        return
+    dims = sorted({d.name for r in regions for d in r.lowered.program.dims if not d.point})
+    unknown = sorted(set(opts.blocks) - set(dims))
+    if unknown:
+        _report(f"blocks: no dimension {', '.join(unknown)} in this graph's compiled "
+                f"regions (their tiled dimensions: {', '.join(dims) or 'none'}); "
+                f"those block sizes are not used")
 
 
 def _state_positions(gm, example_inputs, sources: list | None = None) -> tuple:
@@ -261,7 +279,7 @@ class CompiledRegion:
         self.program = fused
         self.compiled = _compile_bound(backend, fused)
         self.lowered = low
-        self._layouts = _output_layouts(source.graph)
+        self._layouts = output_layouts(source.graph)
         self._stamp = self._stamps(inputs)
 
     def _tune(self, source, low, backend):
@@ -309,7 +327,7 @@ class CompiledRegion:
                 and hasattr(t, "shape")]
         feeds = {b.name: _numpy(t) for b, t in zip(lowered.inputs, user)}
         out = compiled(**feeds)
-        return tuple(_as_traced(torch.from_numpy(np.ascontiguousarray(out[b.name]))
+        return tuple(as_traced(torch.from_numpy(np.ascontiguousarray(out[b.name]))
                                 .reshape(b.shape).to(dtype or torch.float32), stride)
                      for b, (dtype, stride) in zip(lowered.outputs, layouts))
 
@@ -327,41 +345,6 @@ def _compile_bound(backend, program):
         return backend.compile(program)
     return bind_weights(program, backend.name, lambda part: backend.compile(part).run,
                         {w: params[w] for w in program.weights}, snapshot=True)
-
-
-def _output_layouts(graph) -> list:
-    """The dtype and strides PyTorch gives each output of ``graph`` (a float64
-    model's outputs stay float64, a mask stays bool; a head view's transpose keeps
-    its strides); None where unknown."""
-    node = next(n for n in graph.nodes if n.op == "output")
-    outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
-    vals = [getattr(o, "meta", {}).get("val") for o in outs]
-    return [(getattr(v, "dtype", None), _stride(v)) for v in vals]
-
-
-def _stride(val):
-    try:
-        return tuple(int(s) for s in val.stride())
-    except (AttributeError, TypeError, RuntimeError):
-        return None                       # not a tensor, or symbolic strides
-
-
-def _as_traced(t, stride):
-    """``t`` (contiguous) laid out with the strides the traced graph gave it: the
-    code after a region (a ``view`` left to PyTorch, or traced into the next
-    region) was traced for those strides (a transposed head view merged back by a
-    ``view``) and fails on others. Overlapping strides (an expanded output) stay
-    contiguous."""
-    import torch
-    if stride is None or len(stride) != t.dim() or stride == tuple(t.stride()):
-        return t
-    dims = sorted((s, n) for s, n in zip(stride, t.shape) if n != 1)
-    expected = 1
-    for s, n in dims:                    # non-overlapping and dense: a permutation
-        if s != expected:
-            return t
-        expected *= n
-    return torch.empty_strided(tuple(t.shape), stride, dtype=t.dtype).copy_(t)
 
 
 class WholeGraph(CompiledRegion):
@@ -430,6 +413,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
     # ... and which of them depend on the inputs: another region's output (read
     # through those getitem nodes) is data, never a constant of the region
     dynamic = dynamic | input_dependent(fused_gm.graph, kind)
+    regions: list = []
     for node in list(fused_gm.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
             continue
@@ -457,6 +441,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
                     f"after an internal error: {type(exc).__name__}: {exc}")
             continue
         setattr(fused_gm, node.target, _RegionModule(region))
+        regions.append(region)
     fused_gm.recompile()
     constants = {**ep.state_dict, **getattr(ep, "constants", {})}
 
@@ -465,6 +450,7 @@ def _partitioned(ep, example_inputs, params, opts, unsupported):
         flat = [next(it) if s.kind.name == "USER_INPUT" else constants[s.target]
                 for s in specs]
         return fused_gm(*flat)
+    run.regions = regions
     return run
 
 
