@@ -43,13 +43,13 @@ def differentiable(compiled, graph_module, report=warnings.warn):
         if not (torch.is_grad_enabled() and _needs_grad(args)):
             return compiled(*args)
         if random:
-            _say_once(run, report, "the graph draws random numbers (dropout in training mode) and "
-                           "a gradient is needed: it runs in eager PyTorch, forward and "
-                           "backward (under torch.no_grad() it is compiled)")
+            _say_once(run, report, "the graph draws random numbers (dropout in training "
+                                   "mode) and a gradient is needed: it runs in eager "
+                                   "PyTorch, forward and backward (under torch.no_grad() "
+                                   "it is compiled)")
             return graph_module(*args)
         return _Recomputed.apply(compiled, graph_module, *args)
 
-    run.blockbuster_compiled = compiled          # what runs without gradients
     return run
 
 

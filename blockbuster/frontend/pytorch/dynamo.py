@@ -7,7 +7,9 @@ lowered, it stays in eager PyTorch and the rest is split into convex regions
 on its own. Fused programs are cached on disk (:mod:`blockbuster.fusion_cache`) and
 Numba caches its machine code, so a second process compiles in a fraction of the
 time. A region's parameters are read when it is compiled; if one changes (its
-``_version`` moves or it is replaced), the region is compiled again.
+``_version`` moves, it is replaced, an optimizer steps it or a sample of its values
+differs: :mod:`.stamps`), the region is compiled again. With gradients needed, a
+compiled graph's backward pass recomputes the original graph (:mod:`.autograd`).
 
 Options (``torch.compile(..., options={...})``): ``backend`` (a registered backend
 name; default the best installed: Numba, else the reference interpreter), ``rules``
