@@ -70,7 +70,6 @@ class Stamp:
         return (v is not None and t.shape == v.shape and t.dtype == v.dtype
                 and bool(torch.equal(t, v)))
 
-
     def _sample(self, t) -> bytes:
         if self.flat is not None:
             return self.flat[self.flat_index].tobytes()
