@@ -400,6 +400,22 @@ def test_dropout_in_training_with_gradients_runs_as_eager_pytorch(_dynamo):
     assert torch.equal(got, want) and got.requires_grad
     said = [w for w in caught if "random numbers" in str(w.message)]
     assert len(said) == 1
+    # In eval mode the same dropout draws nothing (F.dropout(x, 0.3, False)): the
+    # compiled graph runs, and the gradients are still eager's.
+    torch._dynamo.reset()
+    eager.eval()
+    model.eval()
+    fast = torch.compile(model, backend="blockbuster", options={"backend": "reference"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FallbackWarning)
+        ran = fast(x.clone().requires_grad_(True))
+        got_out, got_dx, got = _grads(model, fast, x)
+    assert not [w for w in caught if "random numbers" in str(w.message)]
+    assert type(ran.grad_fn).__name__ == "RecomputedBackward"     # the compiled graph
+    want_out, want_dx, want = _grads(eager, eager, x)
+    assert max_rel_error(got_dx.numpy(), want_dx.numpy()) < 1e-5
+    for name in want:
+        assert max_rel_error(got[name].numpy(), want[name].numpy()) < 1e-5, name
 
 
 def test_a_learnable_scalar_survives_the_text_form():

@@ -58,16 +58,35 @@ def _needs_grad(args) -> bool:
 
 
 def _draws_random_numbers(graph_module) -> bool:
-    for node in graph_module.graph.nodes:
-        if node.op not in ("call_function", "call_method", "call_module"):
-            continue
-        target = node.target
-        name = target if isinstance(target, str) else getattr(target, "__name__", "")
-        if node.op == "call_module":
-            name = type(graph_module.get_submodule(target)).__name__.lower()
-        if any(word in name.lower() for word in _RANDOM_NAMES):
-            return True
-    return False
+    return any(_draws(node, graph_module) for node in graph_module.graph.nodes
+               if node.op in ("call_function", "call_method", "call_module"))
+
+
+def _draws(node, graph_module) -> bool:
+    """Whether ``node`` draws random numbers: a dropout in training mode with p > 0
+    (``F.dropout(x, 0.1, False)`` of a model in eval mode does not), an attention
+    with ``dropout_p`` > 0, a ``torch.rand``-like call."""
+    target = node.target
+    if node.op == "call_module":
+        module = graph_module.get_submodule(target)
+        if "dropout" in type(module).__name__.lower():
+            return bool(module.training) and getattr(module, "p", 1.0) != 0
+        return False
+    name = (target if isinstance(target, str) else getattr(target, "__name__", "")).lower()
+    if "dropout" in name:       # F.dropout(input, p=0.5, training=True, inplace=False)
+        return _argument(node, 2, "training", True) is not False and \
+            _argument(node, 1, "p", 0.5) != 0
+    if name == "scaled_dot_product_attention":
+        return _argument(node, 4, "dropout_p", 0.0) != 0
+    return any(word in name for word in _RANDOM_NAMES)
+
+
+def _argument(node, position: int, keyword: str, default):
+    """A call's argument by position or keyword (a graph node where it is computed:
+    then not a known constant)."""
+    if keyword in node.kwargs:
+        return node.kwargs[keyword]
+    return node.args[position] if len(node.args) > position else default
 
 
 def _say_once(holder, report, message: str) -> None:
