@@ -1009,3 +1009,21 @@ def test_outputs_are_named_after_where_the_model_returns_them(tmp_path, capsys):
     for name, ref in (("h", want["h"]), ("pair_0", want["pair"][0]),
                       ("pair_1", want["pair"][1])):
         assert max_rel_error(got[name].reshape(ref.shape), ref.double().numpy()) < 1e-5, name
+
+
+def test_only_calls_that_draw_random_numbers_count_as_random():
+    """The graph runs eagerly with gradients only where it draws random numbers:
+    ``F.normalize`` (which has ``normal`` in its name) does not, ``rand_like`` and a
+    training-mode dropout do, an eval-mode one does not."""
+    from blockbuster.frontend.pytorch.autograd import _draws_random_numbers
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(_draws_random_numbers(gm))
+        return gm
+    x = torch.randn(3, 4)
+    for fn in (lambda t: F.normalize(t, dim=-1) * 2, lambda t: t + torch.rand_like(t),
+               lambda t: F.dropout(t, 0.2, True), lambda t: F.dropout(t, 0.2, False) + 1):
+        torch._dynamo.reset()
+        torch.compile(fn, backend=backend)(x)
+    assert seen == [False, True, True, False]

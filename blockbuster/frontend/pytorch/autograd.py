@@ -23,10 +23,14 @@ from __future__ import annotations
 import warnings
 
 #: Names of the torch functions and tensor methods that draw random numbers, as they
-#: appear in a TorchDynamo graph's nodes (``F.dropout``, ``torch.rand_like``, ...).
-_RANDOM_NAMES = ("dropout", "rand", "bernoulli", "multinomial", "normal", "poisson",
-                 "rrelu", "uniform", "exponential", "geometric", "cauchy", "log_normal",
-                 "random_")
+#: appear in a TorchDynamo graph's nodes (``torch.rand_like``, ``x.bernoulli_``); the
+#: dropout family and attention's ``dropout_p`` are looked at apart. Whole names: a
+#: substring would take ``F.normalize`` for ``normal``.
+_RANDOM_NAMES = frozenset({
+    "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm",
+    "bernoulli", "bernoulli_", "multinomial", "normal", "normal_", "poisson", "rrelu",
+    "rrelu_", "uniform_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+    "random_"})
 
 
 def differentiable(compiled, graph_module, report=warnings.warn):
@@ -78,7 +82,7 @@ def _draws(node, graph_module) -> bool:
             _argument(node, 1, "p", 0.5) != 0
     if name == "scaled_dot_product_attention":
         return _argument(node, 4, "dropout_p", 0.0) != 0
-    return any(word in name for word in _RANDOM_NAMES)
+    return name in _RANDOM_NAMES
 
 
 def _argument(node, position: int, keyword: str, default):
