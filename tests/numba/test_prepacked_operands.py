@@ -147,3 +147,28 @@ def test_columns_starting_inside_a_strip_are_packed_by_the_driver_as_before():
     x, w = rng.standard_normal((100, 50)), rng.standard_normal((50, 130))
     got = compiled(x=x.astype(np.float32), W=w.astype(np.float32))["y"]
     assert np.abs(got - x @ w).max() <= 1e-5 * np.abs(x @ w).max()
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_an_array_an_earlier_kernel_computed_is_packed_once_after_it(transposed):
+    """t = a·b (an intermediate), then y = x·t (or x·tᵀ) in every one of ten row
+    blocks: t is packed once, after the kernel writing it, and not by each block."""
+    from blockbuster.frontend.builder import GraphBuilder
+    g = GraphBuilder("chain")
+    g.dim("M", 300, 32), g.dim("K", 70, 64), g.dim("N", 100, 64), g.dim("P", 45, 64)
+    a, b = g.input("a", "K", "P"), g.input("b", "P", "N")
+    t = g.matmul(a, b, name="t")                                     # t[K, N]
+    x = g.input("x", "M", "N" if transposed else "K")
+    y = g.matmul(x, t, transpose_b=transposed, name="y")
+    compiled = bb.compile(g.build(y), backend=backend, tune="off")    # unfused: two kernels
+    run = compiled.run.source[compiled.run.source.index("def run("):]
+    packing = f"t_packed{'T' if transposed else ''} = packed_input_(t, {transposed}"
+    assert run.count("packed_input_(t,") == 1
+    assert run.index("(a, b, t") < run.index(packing)    # after t's kernel, before y's
+    rng = np.random.default_rng(3)
+    arrays = {"a": rng.standard_normal((70, 45)) * 1e3, "b": rng.standard_normal((45, 100)),
+              "x": rng.standard_normal((300, 100 if transposed else 70))}
+    tt = arrays["a"] @ arrays["b"]
+    want = arrays["x"] @ (tt.T if transposed else tt)
+    got = compiled(**{n: v.astype(np.float32) for n, v in arrays.items()})["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

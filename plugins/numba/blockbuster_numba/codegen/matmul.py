@@ -8,10 +8,11 @@ first); a ``dot`` that a ``sum`` (or online softmax) adds up is added straight i
 its accumulator (``gemm_``), with no product block in between.
 
 A right operand that is a block of a program input read by several parallel
-instances of the kernel (a weight, or attention's keys and values), is packed once
-per call by the module (:mod:`..prepack`) instead of once per instance: the kernel
-takes the packed copy as an argument and calls ``gemm_packed_`` with the block's
-first row and column.
+instances of the kernel (a weight, or attention's keys and values), or of an array
+an earlier kernel computed (keys and values projected in the same program), is
+packed once per call by the module (:mod:`..prepack`) instead of once per instance:
+the kernel takes the packed copy as an argument and calls ``gemm_packed_`` with the
+block's first row and column.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame, overwrite: bool = 
 
 def packed_operand(g, b: Block, frame: Frame) -> str | None:
     """``PK, kfull, nfull, r0, c0`` (code) when ``b`` can be read from a packed copy
-    of a whole program input, else None. It can when ``b`` is a view of a 2-D input
-    (or its transpose), the same block in several products (its block indices do not
+    of a whole array, else None. It can when ``b`` is a view of a 2-D input or of an
+    array an earlier kernel wrote (or its transpose), the same block in several products (its block indices do not
     depend on one of the loops around this one: a parallel loop's other instances, or
     a ``map`` or ``sum`` inside the kernel that multiplies every block of its own by
     it; packing the input once saves the other products' packing) and its first
@@ -72,8 +73,8 @@ def packed_operand(g, b: Block, frame: Frame) -> str | None:
     array = load.attr.array
     m = g.m
     dims = m.array_dims[array]
-    if array not in m.program.inputs or len(dims) != 2 or any(d.point for d in dims):
-        return None
+    if len(dims) != 2 or any(d.point for d in dims) or array in g.kernel.writes():
+        return None                     # (an array this kernel writes is not complete yet)
     used = set().union(*(free_vars(ix) for ix in load.attr.index))
     # Products that read the same block: one packing instead of this many.
     trips = {var: g.dims[d].nblocks for var, d in g.kernel.loops}
@@ -81,7 +82,10 @@ def packed_operand(g, b: Block, frame: Frame) -> str | None:
         for var, binding in f.binds.items():
             trips.setdefault(var, binding.dim.nblocks)
     sharing = math.prod(n for var, n in trips.items() if var not in used)
-    if sharing < 2:
+    # An input is packed once per call (once per binding when constant); an array an
+    # earlier kernel computed, on every call and by one thread, while the products
+    # would share their packing among the threads: worth it only past that many.
+    if sharing < (2 if array in m.program.inputs else m.threads + 1):
         return None
     rows, cols = v.axes[::-1] if transposed else v.axes
     if cols.dim.nblocks > 1 and cols.dim.block % NR:
