@@ -110,14 +110,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _show_own_deprecations() -> None:
     """Python hides a DeprecationWarning raised outside ``__main__``; the project's
     own (a deprecated action name in a rule file) are meant for the user: each prints
-    one ``warning: ...`` line on stderr. Other warnings show as Python shows them."""
+    one ``warning: ...`` line on stderr, as a constant ``--size`` leaves stale does
+    (``subjects.ResizeWarning``). Other warnings show as Python shows them."""
     warnings.filterwarnings("default", category=DeprecationWarning,
                             module=r"blockbuster(\.|$)")
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
+        from .subjects import ResizeWarning
         own = os.sep + "blockbuster" + os.sep in filename
-        if issubclass(category, DeprecationWarning) and own:
+        if own and issubclass(category, (DeprecationWarning, ResizeWarning)):
             print(f"warning: {_one_line(str(message))}", file=sys.stderr)
         else:
             shown(message, category, filename, lineno, file, line)

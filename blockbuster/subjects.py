@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
@@ -105,12 +106,44 @@ def _resize(program: Program, sizes: dict, blocks: dict, what: str) -> Program:
         size = sizes.get(d.name, d.size)
         block = 1 if d.point else min(blocks.get(d.name, d.block), size)
         dims.append(Dim(d.name, size, block, d.point))
+    for message in stale_means(program, sizes):
+        warnings.warn(f"{what}: {message}", ResizeWarning, stacklevel=2)
     try:
         return verify(program.evolve(dims=tuple(dims)))
     except IRError as err:            # the file parsed; these sizes break it
         given = " ".join(f"--size {n}={v}" for n, v in sizes.items()) + "".join(
             f" --block {n}={v}" for n, v in blocks.items())
         raise IRError(f"{what} with {given.strip()}: {err}") from None
+
+
+class ResizeWarning(UserWarning):
+    """``--size`` changed a dimension that a constant of the program was written for
+    (a mean's ``1/size``): the constant stays as written."""
+
+
+def stale_means(program: Program, sizes: dict) -> list[str]:
+    """What resizing ``program`` to ``sizes`` leaves stale: each product of a sum
+    over a resized dimension and the constant 1/(its size in the program) -- a mean
+    written for the old size, which the new size does not rescale (the program's
+    constants are the user's to change)."""
+    old = {d.name: d.size for d in program.dims}
+    changed = {n for n, v in sizes.items() if n in old and v != old[n]}
+    found: list[str] = []
+    for k in program.kernels:
+        for node in {n for st in k.stores for n in st.value.walk() if n.op == "mul"}:
+            for a, b in (node.args, node.args[::-1]):
+                if not (a.op == "const" and b.op == "reduce" and b.attr.combiner == "sum"
+                        and b.attr.dim in changed and b.attr.lo is None and b.attr.hi is None):
+                    continue
+                dim, n = b.attr.dim, old[b.attr.dim]
+                if a.attr != 0 and abs(a.attr * n - 1.0) <= 1e-6:
+                    note = (f"kernel {k.name} multiplies a sum over {dim} by {a.attr:g} = "
+                            f"1/{n}, {dim}'s size as written: with --size {dim}="
+                            f"{sizes[dim]} it stays 1/{n} (no longer a mean over {dim}); "
+                            f"write the program at that size to rescale it")
+                    if note not in found:
+                        found.append(note)
+    return found
 
 
 def _program_subject(label: str, program: Program, sizes: dict, blocks: dict) -> Subject:
@@ -330,7 +363,10 @@ def _inputs_from(path: str, subject: Subject):
     def make_inputs(p: Program, seed: int) -> dict:
         arrays = subject.make_inputs(p, seed)
         for name, value in given.items():
-            if value.size != int(np.prod(p.shape(name))):
+            # The same shape, up to axes of length 1: a transposed or flattened array
+            # holds the right number of values in the wrong places.
+            if ([n for n in value.shape if n != 1]
+                    != [n for n in p.shape(name) if n != 1]):
                 raise UsageError(f"--inputs {path}: {name} has shape {value.shape}, the "
                                  f"program needs {p.shape(name)}")
             arrays[name] = value.astype(np.float32).reshape(p.shape(name))

@@ -477,3 +477,41 @@ def test_parse_program_given_a_file_name_says_it_wants_the_text():
     with pytest.raises(bb.SourceError) as info:      # other bad text: no such hint
         bb.parse_program("garbage")
     assert "file name" not in str(info.value) and "this is" not in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(130, 100), (13000,), (100, 65, 2)])
+def test_an_input_of_the_right_size_in_the_wrong_shape_is_refused(shape, tmp_path, capsys):
+    """A transposed or flattened array holds the right number of values in the wrong
+    places: refused, not reshaped (axes of length 1 may come and go)."""
+    (tmp_path / "p.bbp").write_text(PROGRAM.replace("A[N]", "A[N, K]").replace(
+        "dim N = 100 block 32", "dim N = 100 block 32\ndim K = 130 block 64").replace(
+        "Y[n] = exp(A[n])", "Y[n] = sum(k in K: rowsum(A[n, k]))"))
+    np.savez(tmp_path / "in.npz", A=np.zeros(shape))
+    err = _fails(["run", str(tmp_path / "p.bbp"), "--backend", "reference", "--inputs",
+                  str(tmp_path / "in.npz")], capsys)
+    assert "error: --inputs" in err and "the program needs (100, 130)" in err
+    np.savez(tmp_path / "ok.npz", A=np.ones((1, 100, 130, 1)))        # only axes of 1 differ
+    assert cli.main(["run", str(tmp_path / "p.bbp"), "--backend", "reference", "--inputs",
+                     str(tmp_path / "ok.npz"), "--save-outputs", str(tmp_path / "y.npz")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["Y"], np.full(100, 130.0))
+
+
+def test_resizing_a_mean_written_for_the_old_size_warns_in_one_line(tmp_path, capsys):
+    """``mul(sum(k in K: ...), 1/130)`` is a mean over K written for K=130: --size K
+    keeps the constant (the program's own), and says so once per kernel."""
+    text = PROGRAM.replace("A[N]", "A[N, K]").replace(
+        "dim N = 100 block 32", "dim N = 100 block 32\ndim K = 128 block 64").replace(
+        "Y[n] = exp(A[n])", "Y[n] = mul(sum(k in K: rowsum(A[n, k])), 0.0078125)")
+    (tmp_path / "p.bbp").write_text(text)
+    argv = ["run", str(tmp_path / "p.bbp"), "--backend", "reference", "--tune", "off"]
+    assert cli.main(argv + ["--size", "K=200"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and len(err.splitlines()) == 1
+    assert "kernel Y multiplies a sum over K by 0.0078125 = 1/128" in err
+    assert "--size K=200 it stays 1/128" in err
+    for other in (["--size", "N=50"], ["--size", "K=128"], []):    # K as written: no warning
+        assert cli.main(argv + other) == 0
+        assert "warning" not in capsys.readouterr().err
+    (tmp_path / "p.bbp").write_text(text.replace("0.0078125", "0.5"))   # not 1/K: no warning
+    assert cli.main(argv + ["--size", "K=200"]) == 0
+    assert "warning" not in capsys.readouterr().err
