@@ -29,7 +29,11 @@ the spread (median / best) is printed so noise is visible.
 The machine's peak is measured, not assumed: the best of 5 float32 GEMMs of 2048³
 through NumPy's BLAS on the same threads (printed as "peak"). Each variant's GFLOP/s
 counts the matmul FLOPs of the computation (2 per multiply-add; attention 4·N·S·D,
-causal half of it), and "%peak" is fused GFLOP/s over that peak.
+causal half of it), and "%peak" is fused GFLOP/s over that peak. The arithmetic
+ceiling is measured too (``fma_peak.py``: vector FMAs on registers, every thread at
+once; printed as "FMA peak", and "%FMA" is fused GFLOP/s over it): a workload whose
+time is nearly all matmul FLOPs cannot beat NumPy by more than NumPy's distance from
+that ceiling.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from blockbuster import fuse
 from blockbuster.validate import (DEFAULT_TOLERANCE, compare, random_inputs,
                                   tolerance_from_baseline)
 from blockbuster_numba import backend as numba_backend
+from fma_peak import fma_peak                     # benchmarks/, beside this file
 
 F32 = np.float32
 
@@ -299,9 +304,9 @@ def bench_case(case, blocks: dict, repeat: int, threads: int, tune: str) -> dict
             "prepare_s": prepare_s}
 
 
-def print_table(results, peak: float) -> None:
+def print_table(results, peak: float, fma: float) -> None:
     head = (f"{'case':<36}{'numpy ms':>9}{'torch ms':>9}{'fused ms':>9} |"
-            f"{'f/numpy':>8}{'f/torch':>8}{'f/best':>7} |{'GFLOP/s':>8}{'%peak':>6}"
+            f"{'f/numpy':>8}{'f/torch':>8}{'f/best':>7} |{'GFLOP/s':>8}{'%peak':>6}{'%FMA':>5}"
             f" | spread (median/best) n/t/f")
     print(head)
     print("-" * len(head))
@@ -313,9 +318,10 @@ def print_table(results, peak: float) -> None:
         print(f"{r['label']:<36}{1e3 * b['numpy']:>9.1f}{1e3 * b['torch']:>9.1f}"
               f"{1e3 * b['fused']:>9.1f} |{b['fused'] / b['numpy']:>7.2f}x"
               f"{b['fused'] / b['torch']:>7.2f}x{b['fused'] / best_peer:>6.2f}x |"
-              f"{gf:>8.1f}{100 * gf / peak:>5.0f}% | {spread}")
+              f"{gf:>8.1f}{100 * gf / peak:>5.0f}%{100 * gf / fma:>4.0f}% | {spread}")
     print("times: best of the interleaved rounds; f/x: fused time over x's (below 1: fused "
-          "is faster); GFLOP/s: matmul FLOPs of fused; %peak: of the measured BLAS peak")
+          "is faster); GFLOP/s: matmul FLOPs of fused; %peak: of the measured BLAS peak; "
+          "%FMA: of the measured FMA peak")
     for r in results:
         blk = " ".join(f"{d}={v}" for d, v in r["blocks"].items())
         errs = ", ".join(f"{v} {e:.1e}" for v, e in r["errors"].items())
@@ -349,11 +355,13 @@ def main(argv=None) -> None:
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
     hw = numba_backend.hardware
     peak = measure_peak(args.threads)
+    fma = fma_peak(args.threads)
     print(f"machine: {hw.cores} cores, L2 {hw.local_capacity_bytes >> 10} KiB/core; load "
           f"average {os.getloadavg()[0]:.2f}; threads {args.threads}; numpy {np.__version__}, "
           f"torch {torch.__version__}")
     print(f"peak: {peak:.1f} GFLOP/s (best of 5 float32 GEMMs 2048^3, NumPy/OpenBLAS, "
-          f"{args.threads} threads)")
+          f"{args.threads} threads; {100 * peak / fma:.0f}% of the FMA peak, "
+          f"{fma:.1f} GFLOP/s: fma_peak.py)")
     results = []
     for case in (QUICK if args.quick else FULL):
         if args.only and not any(s and s in case[0] for s in args.only.split(",")):
@@ -363,7 +371,7 @@ def main(argv=None) -> None:
         print(f"  {case[0]}: " + ", ".join(f"{v} {1e3 * r['best'][v]:.1f} ms"
                                            for v in VARIANTS), flush=True)
     print()
-    print_table(results, peak)
+    print_table(results, peak, fma)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
