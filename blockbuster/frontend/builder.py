@@ -108,7 +108,7 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
         for d in dims:
             if d not in self.dims:
                 raise IRError(f"input {name}: unknown dimension '{d}'")
-        t = Tensor(name, tuple(dims))
+        t = Tensor(name, tuple(dims), owner=self)
         self.inputs.append(t)
         self.arrays[name] = t
         return t
@@ -144,22 +144,29 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
 
     # -- tensors as views of arrays (the shared tensor layer) --------------------------
     def _value(self, t: Tensor) -> Value:
-        if not isinstance(t, Tensor):
-            raise UsageError(f"expected a tensor, got {t!r}")
+        self._check_own(t)
         if t.view is not None:
             return t.view
         shape = tuple(self.dims[d].size for d in t.dims)
         return V.array_value(self._k.planner, t.name, shape, t.dims)
 
+    def _check_own(self, t, what: str = "") -> None:
+        if not isinstance(t, Tensor):
+            raise UsageError(f"{what}expected a tensor of this builder, got {t!r}")
+        if t.owner is not None and t.owner is not self:
+            other = getattr(t.owner, "name", "?")
+            raise UsageError(f"{what}tensor {t.name} belongs to builder '{other}', not "
+                             f"'{self.name}': a program is built by one builder")
+
     def _view(self, v: Value, of: Tensor) -> Tensor:
-        return Tensor(of.name, tuple(a for a in v.axes if a is not None), v)
+        return Tensor(of.name, tuple(a for a in v.axes if a is not None), v, owner=self)
 
     def _array_out(self, v: Value) -> Tensor:
         """The tensor of the last kernel's output array (registering every array the
         tensor layer made on the way, in order)."""
         made = list(self._k.arrays.values())
         for a in made[self._registered:]:
-            self.arrays[a.name] = Tensor(a.name, a.dims)
+            self.arrays[a.name] = Tensor(a.name, a.dims, owner=self)
         self._registered = len(made)
         return self.arrays[v.array]
 
@@ -179,8 +186,7 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
     def build(self, *outputs: Tensor) -> Program:
         """The program computing ``outputs`` (a view becomes a copy kernel's array)."""
         for t in outputs:
-            if not isinstance(t, Tensor):
-                raise UsageError(f"build: outputs are tensors of this builder, got {t!r}")
+            self._check_own(t, "build: ")
             if t.view is None and any(t.name == i.name for i in self.inputs):
                 raise IRError(f"build: {t.name} is an input; an output is computed by "
                               f"an operator")

@@ -33,7 +33,7 @@ class HeadOps:
         occur twice, e.g. query and key blocks of T) storing ``value`` (an Expr over
         those variables) into a new array over the loops' dimensions."""
         dims = tuple(d for _, d in loops)
-        out = Tensor(name or self._fresh(op), dims)
+        out = Tensor(name or self._fresh(op), dims, owner=self)
         if out.name in self.arrays:
             raise IRError(f"array {out.name} is defined twice")
         self.kernels.append(Kernel(out.name, tuple(loops),

@@ -15,3 +15,6 @@ class Tensor:
     name: str
     dims: tuple[str, ...]
     view: Value | None = attrs.field(default=None, eq=False, repr=False)
+    # The builder that made it: a tensor of another builder names arrays this one
+    # does not have (refused with a message, not a KeyError later).
+    owner: object = attrs.field(default=None, eq=False, repr=False)

@@ -406,3 +406,22 @@ def test_builder_refuses_what_the_text_form_cannot_write():
     program = g.build(g.exp(x, name="Y"))
     assert program.dim("M").size == 70 and type(program.dim("M").size) is int
     assert bb.parse_program(bb.format_program(program)) == program
+
+
+def test_a_tensor_of_another_builder_is_refused_by_name():
+    """Two builders both with an ``X``: the other's tensor in an operator or as an
+    output is a one-line UsageError naming both builders, not a KeyError (or a
+    program reading the wrong X) later."""
+    g1, g2 = GraphBuilder("one"), GraphBuilder("two")
+    for g in (g1, g2):
+        g.dim("M", 100, 64), g.dim("K", 130, 64)
+    x1, x2 = g1.input("X", "M", "K"), g2.input("X", "M", "K")
+    y1 = g1.exp(x1, name="Y")
+    with pytest.raises(UsageError, match="tensor Y belongs to builder 'one', not 'two'"):
+        g2.build(y1)
+    with pytest.raises(UsageError, match="tensor X belongs to builder 'one', not 'two'"):
+        g2.add(x2, x1)
+    with pytest.raises(UsageError, match="belongs to builder 'one'"):   # a view of it too
+        g2.exp(g1.slice(x1, "K", 0, 64))
+    program = g2.build(g2.add(x2, x2, name="Y"))         # its own tensors: fine
+    assert program.inputs == ("X",) and program.outputs == ("Y",)
