@@ -77,3 +77,38 @@ def test_a_block_every_element_of_a_map_multiplies_by_is_packed_once():
     got = compiled(x=x, W=w)["y"]
     want = x.astype(np.float64) @ w.astype(np.float64)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+# x · (s ⊙ B)ᵀ with a computed right operand: each row of B scaled by s.
+SCALED_KT = """\
+program scaled_kt
+dim M = 150 block 64
+dim N = 130 block 64
+dim D = 100 block 64
+input x[M, D]
+input B[N, D]
+input s[N]
+output y[M, N]
+kernel y for m in M, n in N:
+  y[m, n] = sum(d in D: dot(x[m, d], transpose(rowscale(s[n], B[n, d]))))
+"""
+
+
+def test_a_computed_right_operand_that_is_transposed_is_computed_in_its_own_layout():
+    """The scaled rows of B are computed row by row (B read along its rows) and the
+    product takes the block transposed (``.T``: a view), instead of a loop nest that
+    reads B down its columns element by element."""
+    compiled = bb.compile(bb.parse_program(SCALED_KT), backend=backend, tune="off")
+    lines = _kernel_lines(compiled.run.source)
+    products = [line for line in lines if line.startswith("gemm")]
+    assert products and all(re.search(r", \w+\.T, ", p) for p in products), products
+    # no element of a transposed block is computed: B is read as B[n0 + r, d0 + c]
+    reads = [line for line in lines if "B[" in line and "transpose(" not in line]
+    assert reads and all(re.search(r"B\[n0 \+ r, d0 \+ c\]", line) for line in reads), reads
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((150, 100)) * 1e3).astype(np.float32)
+    b = rng.standard_normal((130, 100)).astype(np.float32)
+    s = (rng.standard_normal(130) * 1e2).astype(np.float32)
+    want = x.astype(np.float64) @ (s[:, None].astype(np.float64) * b).T
+    got = compiled(x=x, B=b, s=s)["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

@@ -29,8 +29,15 @@ from .values import Axis, Block, Frame
 def matrix(g, v: Block) -> str:
     """Code of ``v`` as a 2-D array ``gemm_`` can take: any strides (it packs its
     operands), so a transpose or a relabel is a view, not a copy."""
-    if v.lazy and v.node.op == "transpose" and not v.args[0].lazy:
-        return matrix(g, v.args[0]) + ".T"
+    if v.lazy and v.node.op == "transpose":
+        inner = v.args[0]
+        if inner.lazy and inner.node.op not in ("transpose", "relabel"):
+            # Computed in its own layout and passed transposed: its loops then read
+            # the source's rows along their unit stride (a transposed loop nest read
+            # them down columns, element by element: a scaled Kᵀ took longer than
+            # the product it fed).
+            ew.materialize(g, inner)
+        return matrix(g, inner) + ".T"
     if v.lazy and v.node.op == "relabel":     # a view: the same values
         return matrix(g, v.args[1])
     ew.materialize(g, v)
