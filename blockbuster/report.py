@@ -154,17 +154,20 @@ def run_workload(target, sizes: dict[str, int] | None = None,
 
 def choose_blocks(target, subject, sizes, blocks, backend, mode, rules=None, limits=None,
                   timer=None, budget=None, timed=None) -> dict[str, Any]:
-    """Choose the blocks the user left open (built-in workloads only: their own
-    dimensions are the free ones); the report's ``tuning`` entry, plus ``_rebuild``
-    (whether the subject must be built again with the chosen blocks)."""
+    """Choose the blocks the user left open (a built-in workload's own dimensions; a
+    builder program's declared without a block, :func:`.tuning.targets.reblock_tunable`);
+    the report's ``tuning`` entry, plus ``_rebuild`` (whether the subject must be built
+    again with the chosen blocks)."""
     from .rewrite.engine import Limits
     from .tuning import resolve_mode, tune
-    from .tuning.targets import fused_origin, fuser, workload_tunable
+    from .tuning.targets import fused_origin, fuser, origin, workload_tunable
     mode = resolve_mode(mode, "model")
     given = dict(blocks or {})
     entry: dict[str, Any] = {"mode": mode, "source": "off", "from_cache": False,
                              "given": given, "blocks": {}, "seconds": 0.0, "candidates": []}
-    if not isinstance(target, str) or subject.kind != "workload":
+    workload = isinstance(target, str) and subject.kind == "workload"
+    made = origin(subject.program) if subject.kind == "program" and not given else None
+    if not workload and made is None:
         entry["source"] = "fixed"        # a program file or a model: blocks as stated
         return {**entry, "_rebuild": False}
     if mode == "off":
@@ -175,9 +178,9 @@ def choose_blocks(target, subject, sizes, blocks, backend, mode, rules=None, lim
     custom = limits is not None and limits != Limits()
     finish = fuser(rules, backend.hardware, limits if custom else None)
     # The same key as blockbuster.fuse then compile: a choice made here serves both.
-    tunable = fused_origin(workload_tunable(target, dict(sizes or {}), given,
-                                            base=subject.program),
-                           finish, rules, backend.hardware)
+    base = (workload_tunable(target, dict(sizes or {}), given, base=subject.program)
+            if workload else made)
+    tunable = fused_origin(base, finish, rules, backend.hardware)
     if custom:                           # other limits may fuse otherwise: another key
         tunable = attrs.evolve(tunable, rules=f"{tunable.rules} {limits!r}")
     if not tunable.sizes:

@@ -109,11 +109,20 @@ def _resize(program: Program, sizes: dict, blocks: dict, what: str) -> Program:
     for message in stale_means(program, sizes):
         warnings.warn(f"{what}: {message}", ResizeWarning, stacklevel=2)
     try:
-        return verify(program.evolve(dims=tuple(dims)))
+        resized = verify(program.evolve(dims=tuple(dims)))
     except IRError as err:            # the file parsed; these sizes break it
         given = " ".join(f"--size {n}={v}" for n, v in sizes.items()) + "".join(
             f" --block {n}={v}" for n, v in blocks.items())
         raise IRError(f"{what} with {given.strip()}: {err}") from None
+    # A builder program whose blocks the compiler may choose stays so at other sizes
+    # (hand-set blocks are an experiment: reproduced as given).
+    from .tuning.targets import origin, reblock_tunable, remember
+    made = origin(program)
+    if made is not None and not blocks and resized is not program:
+        tunable = reblock_tunable(resized, made.sizes)
+        if tunable is not None:
+            remember(resized, tunable)
+    return resized
 
 
 class ResizeWarning(UserWarning):

@@ -89,6 +89,10 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
         self._registered = 0                 # tensor-layer arrays already in self.arrays
         self._k = KernelEmitter(_NamedDims(self.dims), fresh=self._fresh)
         self.kernels: list[Kernel] = self._k.kernels
+        # Dimensions declared without a block: the compiler may choose theirs
+        # (blockbuster.tuning), unless an operator's meaning depends on the blocks.
+        self._free_blocks: list[str] = []
+        self._blocks_fixed_by: str | None = None
 
     # -- declarations ----------------------------------------------------------
     def dim(self, name: str, size: int, block: int | None = None) -> str:
@@ -97,6 +101,7 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
             raise UsageError(f"dimension {name}: size must be a positive integer, got {size!r}")
         if block is None:
             block = min(size, DEFAULT_BLOCK)
+            self._free_blocks.append(name)
         if not isinstance(block, int) or block < 1:
             raise UsageError(f"dimension {name}: block size must be a positive integer, "
                              f"got {block!r}")
@@ -152,7 +157,8 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
 
     def _check_own(self, t, what: str = "") -> None:
         if not isinstance(t, Tensor):
-            raise UsageError(f"{what}expected a tensor of this builder, got {t!r}")
+            raise UsageError(f"build: outputs are tensors of this builder, got {t!r}" if what
+                             else f"expected a tensor, got {t!r}")
         if t.owner is not None and t.owner is not self:
             other = getattr(t.owner, "name", "?")
             raise UsageError(f"{what}tensor {t.name} belongs to builder '{other}', not "
@@ -197,6 +203,17 @@ class GraphBuilder(ElementwiseOps, ReductionOps, HeadOps, ViewOps):
         rest = tuple(n for n in self.arrays if n not in in_names and n not in out_names)
         order = in_names + out_names + rest   # the canonical order the printer writes
         arrays = tuple(GlobalArray(n, self.arrays[n].dims) for n in order)
-        program = Program(self.name, tuple(self.dims.values()), arrays, in_names, out_names,
-                          tuple(self.kernels), tuple(self.weights))
-        return verify(program)
+        program = verify(Program(self.name, tuple(self.dims.values()), arrays, in_names,
+                                 out_names, tuple(self.kernels), tuple(self.weights)))
+        if self._blocks_fixed_by is None:
+            from ..tuning.origins import reblock_tunable, remember
+            tunable = reblock_tunable(program, self._free_blocks)
+            if tunable is not None:
+                remember(program, tunable)
+        return program
+
+    def _fixes_blocks(self, op: str) -> None:
+        """``op`` means something that depends on the blocks (heads are column blocks,
+        slices and concatenation are whole blocks, ``rotate_half`` works per block):
+        the program is compiled at the blocks it was built with."""
+        self._blocks_fixed_by = self._blocks_fixed_by or op

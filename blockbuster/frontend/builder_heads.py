@@ -81,6 +81,7 @@ class HeadOps:
         """Split ``x[T, C]`` into heads and apply rotary embeddings (rotate-half):
         ``out[h] = xh·cos + rotate_half(xh)·sin`` with ``xh`` column block h of x;
         ``cos``/``sin`` are ``[T, HD]`` tables. Result ``[heads, T, HD]``; one kernel."""
+        self._fixes_blocks('rope_heads')
         self._plain(f"rope {x.name}", (x, 2), (cos, 2), (sin, 2))
         (rows, cols), (crow, hd) = x.dims, cos.dims
         if sin.dims != cos.dims or crow != rows:
@@ -102,6 +103,7 @@ class HeadOps:
         row max, row sum and ``P·V`` reduce over the causal key range ``T[: i + 1]``
         (blocks above the diagonal are never read); the element-wise kernels cover
         every block (above the diagonal the probabilities are 0)."""
+        self._fixes_blocks('causal_attention')
         self._plain(f"attention {q.name}", (q, 3), (k, 3), (v, 2))
         heads, rows, hd = q.dims
         kv_heads, krows, khd = k.dims
@@ -146,6 +148,7 @@ class HeadOps:
     def merge_heads_matmul(self, o: Tensor, w: Tensor, name: str | None = None) -> Tensor:
         """``concat(heads of o) @ w`` for ``o[H, T, HD]`` and ``w[C, N]`` whose row blocks
         are the heads: a sum over heads ``h`` of ``o[h] @ w[h-th row block]``."""
+        self._fixes_blocks('merge_heads_matmul')
         self._plain(f"matmul {o.name} x {w.name}", (o, 3), (w, 2))
         heads, rows, hd = o.dims
         cols, n = w.dims

@@ -33,6 +33,7 @@ class ViewOps:
         """``x[..., T, C]`` as ``[..., heads, T, head_dim]``: head h is column block h
         of x (C's block is the head size), or blocks ``h·n ..`` when ``head_dim`` has
         n blocks of C's block size. A view: no kernel, no name."""
+        self._fixes_blocks('split_heads')
         what = f"split_heads {x.name}"
         self._known(what, heads, head_dim)
         if len(x.dims) < 2:
@@ -45,6 +46,7 @@ class ViewOps:
     def merge_heads(self, o: Tensor, cols: str) -> Tensor:
         """``o[..., H, T, HD]`` as ``[..., T, cols]`` whose column block h is head h
         (the concatenated heads). A view: no kernel, no name."""
+        self._fixes_blocks('merge_heads')
         what = f"merge_heads {o.name}"
         self._known(what, cols)
         if len(o.dims) < 3:
@@ -78,6 +80,7 @@ class ViewOps:
         keys ``[: i + 1]`` only; ``scale`` defaults to ``1/√D``; ``mask`` is added to
         the scores (broadcast by name). Kernels: scores, scale, mask, softmax (5),
         ``P·V``."""
+        self._fixes_blocks('attention')
         what = f"attention {q.name}, {k.name}, {v.name}"
         r = len(q.dims)
         if r < 2 or len(k.dims) != r or len(v.dims) != r:
@@ -110,6 +113,7 @@ class ViewOps:
         dimension ``dim`` (declared here if new; default ``{along}_{start}``). Any
         range of a point dimension; whole blocks of a tiled one (``start`` a multiple
         of the block, ``end`` too or the end). No kernel, no name."""
+        self._fixes_blocks('slice')
         what = f"slice {x.name}"
         if x.dims.count(along) != 1:
             raise UsageError(f"{what}: along must name one of its dimensions "
@@ -143,6 +147,7 @@ class ViewOps:
               dims: Sequence[str] | None = None) -> list[Tensor]:
         """Consecutive slices of ``sizes`` along ``along`` (a fused q/k/v projection
         split into q, k and v): views over the dimensions ``dims``."""
+        self._fixes_blocks('split')
         if sum(sizes) != self.dims.get(along, Dim(along, 1, 1)).size:
             raise UsageError(f"split {x.name}: sizes {list(sizes)} do not add up to "
                              f"{along}")
@@ -161,6 +166,7 @@ class ViewOps:
         here if new): the pieces agree on every other dimension and each has the same
         whole number of blocks along ``axis`` (the halves of a rotary head, q/k/v
         columns). One kernel."""
+        self._fixes_blocks('concat')
         pieces = list(pieces)
         what = "concat " + ", ".join(getattr(t, "name", repr(t)) for t in pieces)
         if not pieces or not all(isinstance(t, Tensor) for t in pieces):
@@ -187,6 +193,7 @@ class ViewOps:
     def rotate_half(self, x: Tensor, name: str | None = None) -> Tensor:
         """``cat(-x2, x1)`` of the two halves of each row of every column block (the
         rotary embeddings' rotation when a block is one head): one kernel."""
+        self._fixes_blocks('rotate_half')
         return self._array_out(self._k.rotate_half(self._value(x), f"rotate_half {x.name}",
                                                    self._new_name(name)))
 

@@ -3,14 +3,14 @@ from them (``blockbuster.workload`` / ``blockbuster.fuse``), imported graphs.
 
 Only dimensions whose block is free are tuned: a built-in workload's own dimensions
 (not the head dimensions it derives, whose blocks are heads), minus those the user
-set; an imported graph's tiled dimensions that are not split into heads. A program
-read from a file is compiled with the blocks it states (nothing says which of its
-blocks are free to change).
+set; an imported graph's tiled dimensions that are not split into heads; a builder
+program's dimensions declared without a block, when none of its operators depends
+on the blocks (:func:`reblock_tunable`). A program read from a file is compiled with
+the blocks it states (nothing says which of its blocks are free to change).
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 
 import attrs
@@ -18,6 +18,7 @@ import attrs
 from ..ir.printer import format_program
 from ..ir.program import Program
 from .cache import rules_digest
+from .origins import origin, reblock_tunable, remember  # noqa: F401 - re-exported
 from .tuner import Tunable
 
 
@@ -71,33 +72,6 @@ def workload_tunable(name: str, sizes: dict, given: dict,
     def derive(blocks: dict) -> Program:
         return finish(workload(name, blocks={**given, **blocks}, **sizes))
     return Tunable(name, format_program(base), tuned, initial, derive)
-
-
-# --- what the public API remembers about the programs it made ---------------------------
-
-#: id(program) -> (a weak reference to it, how to rebuild it with other blocks of its
-#: free dimensions). Filled by ``blockbuster.workload`` and ``blockbuster.fuse``. By
-#: identity, not equality: a program parsed from text or built by hand is compiled as
-#: it is, even when it equals one the API made; a program nobody holds is forgotten.
-_ORIGINS: dict[int, tuple] = {}
-
-
-def remember(program: Program, tunable: Tunable) -> Program:
-    key = id(program)
-    try:
-        ref = weakref.ref(program, lambda _r: _ORIGINS.pop(key, None))
-    except TypeError:
-        return program
-    _ORIGINS[key] = (ref, tunable)
-    return program
-
-
-def origin(program: Program) -> Tunable | None:
-    """How ``program`` was made, if the public API made it (else None)."""
-    entry = _ORIGINS.get(id(program))
-    if entry is None or entry[0]() is not program:
-        return None
-    return entry[1]
 
 
 def fused_origin(tunable: Tunable, finish: Callable[[Program], Program], rules,
