@@ -155,7 +155,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
 def choose_blocks(target, subject, sizes, blocks, backend, mode, rules=None, limits=None,
                   timer=None, budget=None, timed=None) -> dict[str, Any]:
     """Choose the blocks the user left open (a built-in workload's own dimensions; a
-    builder program's declared without a block, :func:`.tuning.targets.reblock_tunable`);
+    builder program's declared without a block, :func:`.tuning.origins.reblock_tunable`);
     the report's ``tuning`` entry, plus ``_rebuild`` (whether the subject must be built
     again with the chosen blocks)."""
     from .rewrite.engine import Limits

@@ -116,7 +116,7 @@ def _resize(program: Program, sizes: dict, blocks: dict, what: str) -> Program:
         raise IRError(f"{what} with {given.strip()}: {err}") from None
     # A builder program whose blocks the compiler may choose stays so at other sizes
     # (hand-set blocks are an experiment: reproduced as given).
-    from .tuning.targets import origin, reblock_tunable, remember
+    from .tuning.origins import origin, reblock_tunable, remember
     made = origin(program)
     if made is not None and not blocks and resized is not program:
         tunable = reblock_tunable(resized, made.sizes)
