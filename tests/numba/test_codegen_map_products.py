@@ -112,3 +112,33 @@ def test_a_computed_right_operand_that_is_transposed_is_computed_in_its_own_layo
     want = x.astype(np.float64) @ (s[:, None].astype(np.float64) * b).T
     got = compiled(x=x, B=b, s=s)["y"]
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("n_block", [1000, 128])
+def test_a_stored_softmax_reads_its_max_from_the_online_softmax_beside_it(n_block):
+    """softmax(x) fuses into an online row sum beside the row max its output shifts by:
+    both are the same fold over the same blocks, so the max is read off the online
+    softmax's running max (one pass over x less), bit for bit the same values; rows of
+    -inf and huge logits included."""
+    from blockbuster.frontend.builder import GraphBuilder
+    g = GraphBuilder("sm")
+    g.dim("M", 150, 64), g.dim("N", 1000, n_block)
+    program = bb.fuse(g.build(g.softmax(g.input("X", "M", "N"), name="Y")),
+                      hardware=backend.hardware).program
+    compiled = bb.compile(program, backend=backend, tune="off")
+    lines = _kernel_lines(compiled.run.source)
+    assert sum("maximum_(" in line for line in lines) == 1, lines      # one max fold
+    assert any("the running max of the online softmax" in line
+               for line in compiled.run.source.splitlines())
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((150, 1000)) * 1e4).astype(np.float32)
+    x[3] = -np.inf                                   # a row of -inf: NaN, as NumPy's
+    x[4, 7] = -np.inf
+    got = compiled(X=x)["Y"]
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x64 - x64.max(1, keepdims=True))
+        want = e / e.sum(1, keepdims=True)
+    assert np.isnan(got[3]).all() and np.isnan(want[3]).all()
+    ok = ~np.isnan(want[:, 0])
+    assert np.abs(got[ok] - want[ok]).max() <= 1e-6

@@ -14,7 +14,9 @@ from blockbuster.errors import BackendError
 from blockbuster.ir.combiners import COMBINERS
 from blockbuster.ir.expr import Expr
 from blockbuster.ir.index import IConst
+from blockbuster.ir.placement import binds_loop
 
+from .analyse import substitute_var
 from .elementwise import ew, loop_nest, materialize, write
 from .maps import emit_maps, map_elements, map_shape, sibling_groups
 from .matmul import gemm_into
@@ -43,6 +45,13 @@ def reduce_range(g, node: Expr, frame: Frame) -> tuple[IndexCode, IndexCode, boo
 
 def emit_reduce(g, node: Expr, frame: Frame):
     a = node.attr
+    online = online_softmax_of(g, node)
+    if online is not None:
+        found = g.value(online, frame)
+        if isinstance(found, Multi):
+            frame.lines.append(f"# max({a.var} in {a.dim}): the running max of the online "
+                               f"softmax over the same blocks")
+            return found.items[0]
     comb = COMBINERS.get(a.combiner)
     if comb is None:
         raise BackendError(f"numba: unknown combiner '{a.combiner}'")
@@ -73,6 +82,27 @@ def emit_reduce(g, node: Expr, frame: Frame):
         map_elements(g, [m for m, _ in shared], inner, [s for _, s in shared], d, b)
     close_loop(frame, inner, b, lo, hi, f"{a.var} in {a.dim}")
     return outs[0] if len(outs) == 1 else Multi(outs)
+
+
+def online_softmax_of(g, node: Expr) -> Expr | None:
+    """The ``online_softmax`` over the same range of the same blocks ``x``, in this
+    kernel, whose running max is what ``max(v in D: rowmax(x))`` computes (a stored
+    softmax's shift beside its online row sum: one pass over ``x`` less), else None.
+    Both start at -inf and fold ``maximum_`` over the same blocks: the same value."""
+    a = node.attr
+    if a.combiner != "max" or len(node.args) != 1 or node.args[0].op != "rowmax":
+        return None
+    x = node.args[0].args[0]
+    # Over a single block, the max's variable is 0 in its body (analyse.single_blocks)
+    # while an online softmax keeps its own: compare them that way.
+    single = not binds_loop(node, g.dims[a.dim])
+    for p in g.uses:
+        if (p.op == "reduce" and p.attr.combiner == "online_softmax"
+                and (p.attr.var, p.attr.dim, p.attr.lo, p.attr.hi)
+                == (a.var, a.dim, a.lo, a.hi)
+                and (substitute_var(p.args[0], a.var, 0) if single else p.args[0]) is x):
+            return p
+    return None
 
 
 def passengers(g, bodies, inner: Frame, frame: Frame, single: bool, mode: str,
