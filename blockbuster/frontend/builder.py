@@ -54,6 +54,20 @@ class _NamedDims:
     def mark_tiled(self, axis: str) -> None:
         pass
 
+    def new(self, size: int, hint: str) -> str:
+        """A dimension the tensor layer needs and the user did not declare (the unit
+        axis a scalar's value is stored along): a fresh name."""
+        name, n = hint, 0
+        while name in self._dims:
+            n += 1
+            name = f"{hint}{n}"
+        self._dims[name] = Dim(name, size, size)
+        return name
+
+    def mark_point(self, axis: str) -> None:
+        d = self._dims[axis]
+        self._dims[axis] = Dim(d.name, d.size, 1, True)
+
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
