@@ -428,15 +428,18 @@ def test_a_tensor_of_another_builder_is_refused_by_name():
 
 
 def test_an_input_without_dimensions_is_a_scalar_of_the_program():
-    """``g.input("X")`` is a 0-d input: an operator on it alone is stored along a unit
-    point dimension (shape (1,)), and it broadcasts into the others."""
+    """``g.input("X")`` is a 0-d input: it broadcasts into the others, and an operator
+    on it alone is stored along a unit point dimension (shape (1,); a dimension of its
+    own, which broadcasts by name like any other: not into M)."""
     g = GraphBuilder("s")
     g.dim("M", 37, 16)
     x, v = g.input("X"), g.input("V", "M")
-    program = g.build(g.exp(x, name="Y"), g.mul(v, g.neg(x), name="Z"))
+    with pytest.raises(IRError, match=r"cannot broadcast V\['M'\] and neg\w*\['U\w*'\]"):
+        g.mul(v, g.neg(x))
+    program = g.build(g.exp(x, name="Y"), g.mul(v, x, name="Z"))
     assert program.shape("X") == () and program.shape("Y") == (1,)
     xs, vs = np.float32(2.5), (np.arange(37, dtype=np.float32) - 18) * 1e3
     for backend in ("reference", "numba"):
         out = bb.compile(bb.fuse(program).program, backend=backend)(X=np.array(xs), V=vs)
         np.testing.assert_allclose(out["Y"], [math.exp(2.5)], rtol=1e-6)
-        np.testing.assert_allclose(out["Z"], -2.5 * vs.astype(np.float64), rtol=1e-6)
+        np.testing.assert_allclose(out["Z"], 2.5 * vs.astype(np.float64), rtol=1e-6)
