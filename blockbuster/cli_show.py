@@ -35,7 +35,7 @@ def _tuned_for_show(args: argparse.Namespace, program, backend, rules, limits):
     """The unfused program with the blocks ``run`` would choose (the same tuning,
     the same cache)."""
     from .report import choose_blocks
-    from .subjects import load_subject
+    from .subjects import load_again, load_subject
     from .tuning import resolve_mode
     sizes = parse_assignments(args.size, "--size")
     blocks = parse_assignments(args.block, "--block")
@@ -45,7 +45,7 @@ def _tuned_for_show(args: argparse.Namespace, program, backend, rules, limits):
                            budget=args.tune_seconds)
     if not tuning["_rebuild"]:
         return program
-    return load_subject(args.workload, sizes, {**blocks, **tuning["blocks"]}).program
+    return load_again(args.workload, sizes, {**blocks, **tuning["blocks"]}).program
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -71,7 +71,7 @@ def run_workload(target, sizes: dict[str, int] | None = None,
     from .dsl.loader import default_rules
     from .ir.printer import format_program
     from .select.selection import fuse_program
-    from .subjects import Subject, load_subject
+    from .subjects import Subject, load_again, load_subject
     from .validate import validate_outputs
 
     # Resolve the backend first, so a typo fails before any work is done. Fusion
@@ -93,8 +93,8 @@ def run_workload(target, sizes: dict[str, int] | None = None,
     tuning = choose_blocks(target, subject, sizes, blocks, backend, tune, rules, limits,
                            tune_timer, tune_budget, timed)
     if tuning.pop("_rebuild"):
-        subject = load_subject(target, sizes, {**(blocks or {}), **tuning["blocks"]},
-                               inputs_file)
+        subject = load_again(target, sizes, {**(blocks or {}), **tuning["blocks"]},
+                             inputs_file)
     program = subject.program
     check_fits_memory(program)      # before anything is allocated
     fusion = timed("fuse", fuse_program, program, default_rules() if rules is None else rules, limits=limits,
@@ -262,7 +262,9 @@ def format_report(r: dict[str, Any]) -> str:
         f"(compulsory {format_bytes(r['compulsory_bytes'])})",
         f"intermediates   {len(before['intermediates'])} -> {len(after['intermediates'])}"
         + (f"  (left: {', '.join(after['intermediates'])})" if after["intermediates"] else ""),
-        f"fusion          {r['fusion_steps']} steps, stopped: {r['stop_reason']}"
+        # Where never-worse discarded a run, the steps are those of what was kept.
+        f"fusion          {r['fusion_steps']} steps{' kept' if r.get('fallback') else ''}, "
+        f"stopped: {r['stop_reason']}"
         + (f" ({r['stop_message']})" if r["stop_message"] != r["stop_reason"] else ""),
     ]
     if r.get("fallback"):

@@ -130,6 +130,15 @@ class ResizeWarning(UserWarning):
     (a mean's ``1/size``): the constant stays as written."""
 
 
+def load_again(target: str, sizes: dict, blocks: dict, inputs_file: str | None = None
+               ) -> Subject:
+    """:func:`load_subject` once more, at the blocks tuning chose: what it had to say
+    about the sizes (:class:`ResizeWarning`) was said the first time."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResizeWarning)
+        return load_subject(target, sizes, blocks, inputs_file)
+
+
 def stale_means(program: Program, sizes: dict) -> list[str]:
     """What resizing ``program`` to ``sizes`` leaves stale: each product of a sum
     over a resized dimension and the constant 1/(its size in the program) -- a mean

@@ -313,3 +313,17 @@ def test_a_step_limit_short_of_fusion_is_named_as_the_cause(tmp_path, capsys):
            "that pays" in out, out
     assert "did not pay" not in out
     assert "1 kernel (A) -> A" in out and "kernels (A..A)" not in out
+
+
+def test_a_step_limit_that_never_worse_discards_reports_the_steps_kept(capsys):
+    """The fusion line counts the steps of the program kept, and says so where the
+    whole-program run (the step count the never-worse line gives) was discarded."""
+    assert cli.main(["run", "attention", *SMALL, "--tune", "off", "--max-steps", "3"]) == 0
+    out = capsys.readouterr().out
+    fusion = next(line for line in out.splitlines() if line.startswith("fusion "))
+    assert " steps kept, stopped: step_limit" in fusion
+    assert "the whole-program run stopped (step_limit) after 3 steps" in out
+    assert cli.main(["run", "attention", *SMALL, "--tune", "off"]) == 0   # nothing discarded
+    fusion = next(line for line in capsys.readouterr().out.splitlines()
+                  if line.startswith("fusion "))
+    assert "kept" not in fusion and "stopped: saturated" in fusion

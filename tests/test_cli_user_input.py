@@ -515,3 +515,30 @@ def test_resizing_a_mean_written_for_the_old_size_warns_in_one_line(tmp_path, ca
     (tmp_path / "p.bbp").write_text(text.replace("0.0078125", "0.5"))   # not 1/K: no warning
     assert cli.main(argv + ["--size", "K=200"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_resize_warning_is_said_once_when_tuning_rebuilds_the_program(tmp_path, monkeypatch,
+                                                                         capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.py").write_text(
+        "from blockbuster.frontend.builder import GraphBuilder\n"
+        "def factory():\n"
+        "    g = GraphBuilder('m')\n"
+        "    g.dim('M', 300); g.dim('K', 128); g.dim('N', 130)\n"
+        "    h = g.layer_norm(g.input('X', 'M', 'K'), g.weight('gamma', 'K'),\n"
+        "                     g.weight('beta', 'K'), 1e-5)\n"
+        "    return g.build(g.matmul(h, g.weight('W', 'K', 'N'), name='Y'))\n")
+    # A process of its own, tuning measured: its timing resets Python's memory of
+    # the warnings already shown, and the program is built again at the chosen blocks.
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "BLOCKBUSTER_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "blockbuster", "run", "f.py:factory",
+                           "--backend", "numba", "--tune", "measure", "--tune-seconds",
+                           "1", "--size", "K=200"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "blocks          tuned" in done.stdout
+    assert done.stderr.count("warning:") == 2, done.stderr        # one per mean kernel
+    assert done.stderr.count("stays 1/128") == 2
