@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 import warnings
 from typing import Callable, Sequence
 
@@ -137,6 +138,9 @@ def _run(args: argparse.Namespace) -> int:
         print(err.render() if err.line else f"error: {err.headline()}", file=sys.stderr)
         return _json_error(args, err.headline(), err.exit_code)
     except BlockbusterError as err:
+        if getattr(args, "debug", False) and err.__cause__ is not None:
+            # where the user's code failed (a factory's own exception, say)
+            traceback.print_exception(err.__cause__, file=sys.stderr)
         print(f"error: {_one_line(str(err))}", file=sys.stderr)
         return _json_error(args, _one_line(str(err)), err.exit_code)
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import traceback
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -257,12 +258,25 @@ def _call_factory(path: str, attr: str):
         if not callable(factory):
             raise UsageError(f"{path}: no function {attr}()")
         return factory()
-    except UsageError:
-        raise
-    except Exception as err:
-        raise UsageError(f"{path}:{attr}(): {type(err).__name__}: {err}") from None
+    except UsageError as err:
+        where = _where_in(err, file, path)
+        if not where:
+            raise
+        raise UsageError(f"{err}{where}") from err
+    except Exception as err:            # the original stays the cause: --debug shows it
+        raise UsageError(f"{path}:{attr}(): {type(err).__name__}: {err}"
+                         f"{_where_in(err, file, path)}") from err
     finally:
         sys.path.remove(str(file.resolve().parent))
+
+
+def _where_in(err: BaseException, file: Path, shown: str) -> str:
+    """`` (at FILE:LINE)``: the last line of the user's file that the error passed
+    through (where it was raised, or the call that led out of the file), else ''."""
+    mine = file.resolve()
+    lines = [f.lineno for f in traceback.extract_tb(err.__traceback__)
+             if Path(f.filename).resolve() == mine]
+    return f" (at {shown}:{lines[-1]})" if lines else ""
 
 
 def torch_subject(label: str, model, example: tuple, blocks: dict) -> Subject:

@@ -542,3 +542,25 @@ def test_a_resize_warning_is_said_once_when_tuning_rebuilds_the_program(tmp_path
     assert "blocks          tuned" in done.stdout
     assert done.stderr.count("warning:") == 2, done.stderr        # one per mean kernel
     assert done.stderr.count("stays 1/128") == 2
+
+
+def test_an_error_inside_a_factory_names_its_line_and_debug_shows_where(tmp_path, monkeypatch,
+                                                                        capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.py").write_text(
+        "def helper():\n"
+        "    return {}['missing']\n"
+        "def factory():\n"
+        "    return helper()\n"
+        "def built():\n"
+        "    from blockbuster.frontend.builder import GraphBuilder\n"
+        "    g = GraphBuilder('p')\n"
+        "    g.dim('M', 0)\n")
+    err = _fails(["run", "f.py:factory", "--backend", "reference"], capsys)
+    assert err == "error: f.py:factory(): KeyError: 'missing' (at f.py:2)\n"
+    err = _fails(["run", "f.py:built", "--backend", "reference"], capsys)   # the builder's own
+    assert err.startswith("error: dimension M: size must be a positive integer")
+    assert err.rstrip().endswith("(at f.py:8)") and len(err.splitlines()) == 1
+    assert cli.main(["run", "f.py:factory", "--backend", "reference", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert 'File "' in err and "line 2, in helper" in err and "KeyError: 'missing'" in err
