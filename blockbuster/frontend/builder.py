@@ -42,6 +42,7 @@ class _NamedDims:
 
     def __init__(self, dims: dict[str, Dim]):
         self._dims = dims
+        self.made: set[str] = set()      # dimensions made by new(), not the user
 
     def dim(self, name: str) -> Dim:
         return self._dims[name]
@@ -62,6 +63,7 @@ class _NamedDims:
             n += 1
             name = f"{hint}{n}"
         self._dims[name] = Dim(name, size, size)
+        self.made.add(name)
         return name
 
     def mark_point(self, axis: str) -> None:

@@ -56,8 +56,14 @@ class ElementwiseOps:
         out = next((t.dims for t in tensors
                     if all(_embeddings(u.dims, t.dims) for u in tensors)), None)
         if out is None:
+            made = getattr(self._k.planner, "made", set())
+            scalars = [t.name for t in tensors if t.dims and set(t.dims) <= made]
+            hint = (f" ({', '.join(scalars)}: computed from 0-d inputs alone, stored along "
+                    f"a unit dimension of its own; a 0-d input itself broadcasts, a value "
+                    f"computed from it does not: pass that value as an input)"
+                    if scalars else "")
             raise IRError(f"{what}: cannot broadcast " + " and ".join(
-                f"{t.name}{list(t.dims)}" for t in tensors))
+                f"{t.name}{list(t.dims)}" for t in tensors) + hint)
         values = [self._aligned(t, out, along if t.dims != out else None, what)
                   if isinstance(t, Tensor) else scalar(t) for t in operands]
         return self._array_out(self._k.elementwise(op, values, what, self._new_name(name)))
