@@ -125,8 +125,10 @@ class ViewOps:
         if (start, end) == (0, d.size):
             return x
         if not d.point and (start % d.block or (end % d.block and end != d.size)):
+            default = (f" (the default block: declare one, g.dim({along!r}, {d.size}, "
+                       f"block))" if along in self._free_blocks else "")
             raise UsageError(f"{what}: [{start}:{end}] of {along} is not whole blocks of "
-                             f"{d.block}")
+                             f"{d.block}{default}")
         dim = dim or f"{along}_{start}"
         length = end - start
         if dim not in self.dims:

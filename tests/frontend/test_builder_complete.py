@@ -444,3 +444,14 @@ def test_an_input_without_dimensions_is_a_scalar_of_the_program():
         out = bb.compile(bb.fuse(program).program, backend=backend)(X=np.array(xs), V=vs)
         np.testing.assert_allclose(out["Y"], [math.exp(2.5)], rtol=1e-6)
         np.testing.assert_allclose(out["Z"], 2.5 * vs.astype(np.float64), rtol=1e-6)
+
+
+def test_a_slice_off_the_default_blocks_says_the_block_was_the_default():
+    g = GraphBuilder("s")
+    g.dim("N", 200), g.dim("M", 200, 50)
+    x = g.input("X", "M", "N")
+    with pytest.raises(UsageError, match=r"\[0:100\] of N is not whole blocks of 64 \(the "
+                                         r"default block: declare one, g.dim\('N', 200, block\)\)"):
+        g.slice(x, "N", 0, 100)
+    with pytest.raises(UsageError, match=r"\[0:70\] of M is not whole blocks of 50$"):
+        g.slice(x, "M", 0, 70)
