@@ -85,7 +85,8 @@ class CompiledProgram:
             raise BackendError(f"bind: missing weight '{missing[0]}' of program {p.name}")
         if self.compile_part is None:
             raise BackendError(f"backend '{self.backend}' cannot compile parts of a program")
-        bound = {n: np.array(given[n], copy=True) for n in p.weights}   # the snapshot
+        checked = {n: self.check_array(n, given[n], "weight") for n in p.weights}
+        bound = {n: np.array(v, copy=True) for n, v in checked.items()}   # the snapshot
         return bind_weights(p, self.backend, self.compile_part, bound, snapshot=True)
 
     def check_inputs(self, given: Mapping[str, Any]) -> Arrays:
@@ -97,25 +98,32 @@ class CompiledProgram:
                 raise BackendError(f"program {p.name} has no input '{name}' (its inputs: {listed})")
         checked: Arrays = {}
         for name in p.inputs:
-            declared = f"{name}[{', '.join(p.array(name).dims)}]"
-            expected = p.shape(name)
             if name not in given:
+                declared = f"{name}[{', '.join(p.array(name).dims)}]"
                 raise BackendError(f"missing input '{name}' of program {p.name} "
-                                   f"({declared}, shape {expected})")
-            try:
-                arr = np.asarray(given[name])
-            except Exception as err:  # ragged nested lists and the like
-                raise BackendError(f"input '{name}' is not an array: {err}") from None
-            if arr.dtype.kind not in "biuf":
-                raise BackendError(f"input '{name}' has dtype {arr.dtype}; "
-                                   "a real numeric array is needed")
-            if arr.shape != expected and _squeezed(arr.shape) == _squeezed(expected):
-                arr = arr.reshape(expected)    # e.g. a PyTorch [1, T, E] for [T, E]
-            if arr.shape != expected:
-                raise BackendError(f"input '{name}' has shape {arr.shape}, but program "
-                                   f"{p.name} declares {declared} with shape {expected}")
-            checked[name] = _owned_layout(arr)
+                                   f"({declared}, shape {p.shape(name)})")
+            checked[name] = self.check_array(name, given[name])
         return checked
+
+    def check_array(self, name: str, value, what: str = "input") -> np.ndarray:
+        """``value`` as the program's input ``name`` (a NumPy array of its shape, axes
+        of length 1 aside), or a BackendError saying what is wrong with it."""
+        p = self.program
+        declared = f"{name}[{', '.join(p.array(name).dims)}]"
+        expected = p.shape(name)
+        try:
+            arr = np.asarray(value)
+        except Exception as err:  # ragged nested lists and the like
+            raise BackendError(f"{what} '{name}' is not an array: {err}") from None
+        if arr.dtype.kind not in "biuf":
+            raise BackendError(f"{what} '{name}' has dtype {arr.dtype}; "
+                               "a real numeric array is needed")
+        if arr.shape != expected and _squeezed(arr.shape) == _squeezed(expected):
+            arr = arr.reshape(expected)    # e.g. a PyTorch [1, T, E] for [T, E]
+        if arr.shape != expected:
+            raise BackendError(f"{what} '{name}' has shape {arr.shape}, but program "
+                               f"{p.name} declares {declared} with shape {expected}")
+        return _owned_layout(arr)
 
 
 @attrs.frozen(eq=False)

@@ -83,3 +83,24 @@ def test_bind_errors_are_one_line():
     with pytest.raises(BackendError) as info:
         bound(X=x["X"], Z=x["X"])
     assert str(info.value).endswith("has no input 'Z' (its inputs once bound: X)")
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_a_weight_of_the_wrong_shape_or_kind_is_refused_when_bound(backend):
+    """Checked at bind, as a weight (before: accepted when the program prepares
+    nothing, then refused at the first call as an 'input')."""
+    from blockbuster.frontend.builder import GraphBuilder
+    g = GraphBuilder("e")
+    g.dim("M", 100), g.dim("K", 50), g.dim("N", 30)
+    program = g.build(g.matmul(g.input("X", "M", "K"), g.weight("W", "K", "N"), name="Y"))
+    compiled = bb.compile(bb.fuse(program).program, backend=backend, tune="off")
+    with pytest.raises(BackendError, match=r"^weight 'W' has shape \(7, 3\), but program e "
+                                           r"declares W\[K, N\] with shape \(50, 30\)$"):
+        compiled.bind(W=np.ones((7, 3), np.float32))
+    with pytest.raises(BackendError, match="^weight 'W' has dtype <U1"):
+        compiled.bind(W=np.full((50, 30), "a"))
+    w = np.random.default_rng(0).standard_normal((1, 50, 30))       # an axis of 1 aside
+    x = np.random.default_rng(1).standard_normal((100, 50)) * 1e3
+    got = compiled.bind(W=w.astype(np.float32))(X=x.astype(np.float32))["Y"]
+    want = x @ w[0]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
