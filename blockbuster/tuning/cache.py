@@ -66,7 +66,8 @@ def _path(key: str) -> Path:
 
 
 def load(key: str, dims) -> dict | None:
-    """The stored record, or None when absent or damaged."""
+    """The stored record, or None when absent or damaged (unreadable, other
+    dimensions, or a block that is not a size from 1 to its dimension's)."""
     try:
         record = json.loads(_path(key).read_text())
     except (OSError, ValueError, UnicodeDecodeError):
@@ -76,6 +77,8 @@ def load(key: str, dims) -> dict | None:
         return None
     if not all(type(b) is int and b > 0 for b in blocks.values()):
         return None
+    if isinstance(dims, dict) and any(blocks[d] > n for d, n in dims.items()):
+        return None                      # a block past its dimension: not one we chose
     return record
 
 

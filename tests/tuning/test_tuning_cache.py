@@ -52,6 +52,7 @@ def test_sizes_hardware_backend_and_mode_are_keyed():
 @pytest.mark.parametrize("damage", [
     b"", b"{not json", b'{"blocks": {"N": -3, "S": 8, "D": 24}}', b'{"blocks": {"N": 8}}',
     b'["a list"]', b'{"blocks": {"N": "64", "S": 64, "D": 24}}', b"\xff\xfe\x00",
+    b'{"blocks": {"N": 999, "S": 8, "D": 24}}',        # a block past its dimension (150)
 ])
 def test_a_damaged_entry_is_ignored_and_replaced(damage):
     hw = machine()
