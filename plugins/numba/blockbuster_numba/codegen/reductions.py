@@ -97,7 +97,10 @@ def online_softmax_of(g, node: Expr) -> Expr | None:
     # while an online softmax keeps its own: compare them that way.
     single = not binds_loop(node, g.dims[a.dim])
     for p in g.uses:
+        # (computable wherever the max is: an online softmax that also folds a term of
+        # a variable the max does not depend on lives inside that variable's loop)
         if (p.op == "reduce" and p.attr.combiner == "online_softmax"
+                and p.free_vars <= node.free_vars
                 and (p.attr.var, p.attr.dim, p.attr.lo, p.attr.hi)
                 == (a.var, a.dim, a.lo, a.hi)
                 and (substitute_var(p.args[0], a.var, 0) if single else p.args[0]) is x):
