@@ -37,7 +37,8 @@ def workload(name: str, blocks: dict[str, int] | None = None, **sizes: int):
     ``blocks``, :func:`compile` may choose other blocks for it (see there).
     """
     from .frontend.workloads import integer_sizes, workload as _workload
-    from .tuning.targets import remember, workload_tunable
+    from .tuning.origins import remember
+    from .tuning.targets import workload_tunable
     program = _workload(name, blocks=blocks, **sizes)     # checks them
     sizes, blocks = integer_sizes(sizes), integer_sizes(blocks or {})
     return remember(program, workload_tunable(name, sizes, dict(blocks or {}), base=program))
@@ -84,7 +85,8 @@ def fuse(program, rules=None, limits=None, hardware=None, step_check=None,
         step_check = StepVerifier(program)
     result = fuse_program(program, rules, limits=limits, hardware=hardware,
                           step_check=step_check, progress=progress)
-    from .tuning.targets import fused_origin, fuser, origin, remember
+    from .tuning.origins import origin, remember
+    from .tuning.targets import fused_origin, fuser
     made = origin(program)
     if made is not None and step_check is None:     # compile may re-derive it
         remember(result.program, fused_origin(made, fuser(rules, hardware, limits),
@@ -184,7 +186,7 @@ def compile(program, backend="reference", tune=None, **options):  # noqa: A001 -
     mode = resolve_mode(tune, "model")
     if mode != "off":
         from .tuning import tune as _tune
-        from .tuning.targets import origin
+        from .tuning.origins import origin
         made = origin(program)
         if made is not None and made.sizes:
             tuned = _tune(made, backend, mode)

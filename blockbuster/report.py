@@ -160,7 +160,8 @@ def choose_blocks(target, subject, sizes, blocks, backend, mode, rules=None, lim
     again with the chosen blocks)."""
     from .rewrite.engine import Limits
     from .tuning import resolve_mode, tune
-    from .tuning.targets import fused_origin, fuser, origin, workload_tunable
+    from .tuning.origins import origin
+    from .tuning.targets import fused_origin, fuser, workload_tunable
     mode = resolve_mode(mode, "model")
     given = dict(blocks or {})
     entry: dict[str, Any] = {"mode": mode, "source": "off", "from_cache": False,

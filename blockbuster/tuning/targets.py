@@ -18,7 +18,6 @@ import attrs
 from ..ir.printer import format_program
 from ..ir.program import Program
 from .cache import rules_digest
-from .origins import origin, reblock_tunable, remember  # noqa: F401 - re-exported
 from .tuner import Tunable
 
 
