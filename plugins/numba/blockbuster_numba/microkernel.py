@@ -76,8 +76,12 @@ def _cache_bytes(level: int, default: int) -> int:
 
 VW, MR, NR = tile_shape(_host_features())
 #: k-depth of a packed panel: an MR-row strip of A (KC*MR floats) stays in half of L1;
-#: at most 256 (measured on AVX2: 256 beat 512 by 5-10 % at every block shape tried).
-KC = max(64, min(256, (_cache_bytes(1, 32 << 10) // 2) // (4 * MR) // 16 * 16))
+#: at most 256 with AVX2 (measured there: 256 beat 512 by 5-10 % at every block shape
+#: tried), 512 with AVX-512 (Zen 4, 512x1024x704 and 512x704x1024 blocks on one and
+#: two threads: 512 beat 256 by 1.5-3 %, the micro-kernel's per-tile cost -- C's
+#: loads and stores, its row pointers -- spread over twice the k steps).
+KC = max(64, min(512 if VW == 16 else 256,
+                 (_cache_bytes(1, 32 << 10) // 2) // (4 * MR) // 16 * 16))
 #: Bytes of a packed B panel (``kc x nc`` floats): half of L2. Its width follows the
 #: call's k-depth (a shallow block gets a wide panel: A is re-packed once per panel).
 PANEL_BYTES = _cache_bytes(2, 512 << 10) // 2
