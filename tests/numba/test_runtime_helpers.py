@@ -3,7 +3,9 @@ float64 math, on dense sweeps: the vectorisable ``tanh32`` within 2 ulp of the
 correctly rounded value everywhere (tiny magnitudes where only a relative error
 shows, both sides of the switch from the polynomial to the exponential form,
 saturation) with the IEEE special values; ``gelu32`` within 1e-6 relative error
-down to its underflow; ``exp_sum32(hi, lo)`` as accurate as an exp of the exact sum."""
+down to its underflow; ``exp_sum32(hi, lo)`` as accurate as an exp of the exact sum;
+``exp_ftz32`` within 2 ulp wherever its result is at least 2^-125 and 0 below, and
+sigmoid/SiLU on it equal to the same functions on ``exp32``, bit for bit."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import math
 import numpy as np
 from numba import njit
 
-from blockbuster_numba.runtime import FASTMATH, exp_sum32, gelu32, tanh32
+from blockbuster_numba.runtime import (FASTMATH, exp32, exp_ftz32, exp_sum32, gelu32, sigmoid32,
+                                       silu32, tanh32)
 
 
 @njit(fastmath=set(FASTMATH), error_model="numpy")
@@ -93,3 +96,52 @@ def test_exp_sum32_is_an_exp_of_the_exact_sum():
     tiny = np.empty(1, np.float32)
     _exp_sums(np.array([-110.0], np.float32), np.array([0.5], np.float32), tiny)
     assert tiny[0] == 0.0
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy")
+def _exp_ftz_all(x, out):
+    for i in range(x.size):
+        out[i] = exp_ftz32(x[i])
+
+
+def _exp_ftz(values) -> np.ndarray:
+    x = np.ascontiguousarray(values, np.float32)
+    out = np.empty_like(x)
+    _exp_ftz_all(x, out)
+    return out
+
+
+def test_exp_ftz32_is_exp_down_to_its_flush():
+    x = np.linspace(-86.6, 88.72, 2_000_003, dtype=np.float32)   # all of its normal range
+    want = np.exp(x.astype(np.float64))
+    rel = np.abs(_exp_ftz(x) - want) / want
+    assert rel.max() <= 2 * 2.0 ** -24
+    # results just below FLT_MAX need 2^128 as a scale: not an early overflow
+    top = np.float32(88.72)
+    assert np.isclose(_exp_ftz([top])[0], math.exp(float(top)), rtol=2e-7)
+    below = np.linspace(-103.0, -86.61, 1001, dtype=np.float32)
+    assert np.all(_exp_ftz(below) == 0.0)                 # flushed: under exp(-86.6)
+    special = _exp_ftz([np.inf, -np.inf, np.nan, 89.0, 1e30, -1e30, 0.0])
+    assert special[0] == np.inf and special[1] == 0.0 and np.isnan(special[2])
+    assert special[3] == np.inf and special[4] == np.inf and special[5] == 0.0
+    assert special[6] == 1.0
+
+
+@njit(fastmath=set(FASTMATH), error_model="numpy")
+def _sigmoid_silu_both_ways(x, new, old):
+    one = np.float32(1.0)
+    for i in range(x.size):
+        new[0, i] = sigmoid32(x[i])
+        new[1, i] = silu32(x[i])
+        old[0, i] = one / (one + exp32(-x[i]))
+        old[1, i] = x[i] / (one + exp32(-x[i]))
+
+
+def test_sigmoid_and_silu_on_the_flushing_exp_are_unchanged():
+    # exp(-x) < 2^-125 flushed or not, 1 + exp(-x) rounds to 1: the same results
+    x = np.concatenate([np.linspace(-120.0, 120.0, 400_001, dtype=np.float32),
+                        np.array([np.inf, -np.inf, np.nan, 1e30, -1e30], np.float32)])
+    new = np.empty((2, x.size), np.float32)
+    old = np.empty_like(new)
+    _sigmoid_silu_both_ways(x, new, old)
+    assert np.array_equal(new, old, equal_nan=True)

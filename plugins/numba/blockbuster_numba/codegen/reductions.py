@@ -203,6 +203,7 @@ def reduce_online_softmax(g, node, frame, inner, b, single, acc_axes):
     # -inf logits sees runmax 0, so its terms are exp(-inf) = 0, not nan); terms
     # use runmax = seen; sums = exp(m - seen) * sums + terms.
     x = g.value(node.args[0], inner)
+    b.runmax_of = node.args[0]
     rows = (x.axes[0],)
     m = g.names.fresh("m_run")
     seen = g.names.fresh("m_seen")

@@ -244,13 +244,14 @@ class Multi:
 class Binding:
     """A block-index variable bound by a kernel loop, a ``reduce`` or a ``map``."""
 
-    __slots__ = ("var", "name", "dim", "runmax", "loop")
+    __slots__ = ("var", "name", "dim", "runmax", "runmax_of", "loop")
 
     def __init__(self, var: str, name: str, dim: Dim, loop=None):
         self.var = var
         self.name = name      # Python code of the block index ('0' for a single block)
         self.dim = dim
         self.runmax = None    # the running max Block inside an online_softmax
+        self.runmax_of = None  # the expression it is the running row max of
         self.loop = loop      # its counting Loop (None: a single block, index 0)
 
     @property
