@@ -39,7 +39,8 @@ def ew(g, v: Block, idx: tuple, nest: Nest, repeated: bool = False) -> str:
     if not v.lazy:
         if v.rank == 0:
             return v.name
-        code = v.direct.at(idx) if v.direct is not None else f"{v.name}[{', '.join(idx)}]"
+        code = (v.direct.in_loop(idx, nest) if v.direct is not None
+                else f"{v.name}[{', '.join(idx)}]")
     else:
         code = ew_op(g, v, idx, nest)
     if nest.rank == 2 and v.rank == 1 and idx == (nest.idx[0],):
@@ -193,7 +194,7 @@ def write(g, v: Block, sink: Sink, frame, axes=None) -> None:
     def body(n: Nest):
         x = ew(g, v, n.idx, n)
         if sink.direct is not None and not sink.prefix:
-            target = sink.direct.at(n.idx)
+            target = sink.direct.in_loop(n.idx, n)
         else:
             target = f"{sink.array}[{', '.join(tuple(map(str, sink.prefix)) + n.idx)}]"
         if target.endswith("[]"):

@@ -152,6 +152,30 @@ class Direct:
             parts.append(i if code == "0" else f"{code} + {i}")
         return f"{self.array}[{', '.join(parts)}]"
 
+    def in_loop(self, idx, nest: "Nest") -> str:
+        """Code of element ``idx`` inside ``nest``. Where the innermost loop's index
+        would be offset (``X[m0 + r, n0 + c]``), Numba checks it for a negative
+        index on every element, and the loop does not vectorise (4x slower column
+        sums of a tall input; CPU-PERFORMANCE.md, pitfall 2): the element is read
+        through a view of the row from the block's first column instead
+        (``X[m0 + r, n0:]``, made once per row, or once before a loop over one axis)."""
+        axis, start = self.pieces[-1] if self.pieces else (False, "")
+        inner = nest.idx[-1] if nest.rank else None
+        if not axis or start == "0" or not idx or idx[-1] != inner:
+            return self.at(idx)
+        head = self.at(tuple(idx[:-1]) + ("0",))       # every index but the last
+        row = head[:head.rindex(",") + 1] if "," in head else f"{self.array}["
+        view = f"{row} {start}:]" if "," in head else f"{row}{start}:]"
+        names = set(_WORD.findall(view))
+        if inner in names:
+            return self.at(idx)
+        if nest.rank == 1 or nest.idx[0] not in names:
+            if view not in nest.invariant:   # before the loop nest
+                nest.invariant[view] = nest.namer.fresh(f"{self.array}_v")
+                nest.block.append(f"{nest.invariant[view]} = {view}")
+            return f"{nest.invariant[view]}[{inner}]"
+        return f"{nest.per_row(view, self.array)}[{inner}]"
+
 
 _ASSIGNED = re.compile(r"^\s*(\w+) = ")
 _WORD = re.compile(r"\w+")
@@ -300,6 +324,7 @@ class Nest:
         self.idx = ("r", "c")[:rank]
         self.prelude: list[str] = []
         self._hoisted: dict[str, str] = {}
+        self.invariant: dict[str, str] = {}   # views made before the nest, by code
         self.namer = namer
 
     def per_row(self, code: str, hint: str = "v") -> str:
