@@ -151,3 +151,24 @@ def test_tuned_blocks_are_whole_register_tiles_of_columns():
     narrow = NR * 5 // 8                 # narrower than one strip: stays whole
     assert dim_choices(narrow, 2, c) == (narrow,)
     assert all(b % NR == 0 for w in wide_assignments({"H": 2816}, 2, c) for b in w.values())
+
+
+@pytest.mark.parametrize("n", [1, 2, mk.NARROW])
+@pytest.mark.parametrize("layout", ["rows", "columns", "strided"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_narrow_products_skip_the_tile(n, layout, dtype):
+    # B of at most NARROW columns (a matrix-vector product, a small head): a dot
+    # product per element of C where A's rows are contiguous, a scaled column of A
+    # per step of k where its columns are; A at other strides takes the tile. Ragged
+    # sizes, values up to 1e3, both modes.
+    rng = np.random.default_rng(n * 7 + len(layout))
+    m, k = 2 * mk.MR + 3, mk.KC + 11
+    if layout == "rows":
+        a = (rng.standard_normal((m, k + 5)) * 1e3).astype(dtype)[:, 2:k + 2]
+    elif layout == "columns":
+        a = (rng.standard_normal((k, m)) * 1e3).astype(dtype).T
+    else:
+        a = (rng.standard_normal((2 * m, 2 * k)) * 1e3).astype(dtype)[::2, ::2]
+    b = (rng.standard_normal((k, n)) * 1e3).astype(dtype)
+    check(a, b, rng.standard_normal((m, n)).astype(dtype))
+    check(a, np.asfortranarray(b), np.zeros((m, n), dtype))   # B's columns contiguous

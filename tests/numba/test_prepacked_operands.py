@@ -172,3 +172,33 @@ def test_an_array_an_earlier_kernel_computed_is_packed_once_after_it(transposed)
     want = arrays["x"] @ (tt.T if transposed else tt)
     got = compiled(**{n: v.astype(np.float32) for n, v in arrays.items()})["y"]
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def _small_batch(n_out: int):
+    """x[4, 700] · W[700, n_out] · V[n_out, 300] with x one row block: each product
+    runs once per call (one parallel instance)."""
+    from blockbuster.frontend.builder import GraphBuilder
+    g = GraphBuilder("small_batch")
+    g.dim("M", 4), g.dim("E", 700, 700), g.dim("H", n_out, n_out), g.dim("F", 300, 300)
+    h = g.matmul(g.input("x", "M", "E"), g.weight("W", "E", "H"))
+    return g.build(g.matmul(h, g.input("V", "H", "F"), name="y"))
+
+
+def test_a_weight_multiplied_once_per_call_is_packed_once_per_binding():
+    # One product per call: an input is packed by the driver as it goes (a copy up
+    # front would cost as much); a weight, once per binding, so a bound one is never
+    # packed in a call. A product of at most NARROW columns is not packed at all (the
+    # driver's narrow path reads B as it lies).
+    for n_out, packed_w in ((500, True), (mk.NARROW, False)):
+        program = bb.fuse(_small_batch(n_out), hardware=backend.hardware).program
+        compiled = bb.compile(program, backend=backend, tune="off")
+        source = compiled.run.source
+        assert ("packed_input_(W, False" in source) == packed_w, n_out
+        assert "packed_input_(V" not in source
+        rng = np.random.default_rng(n_out)
+        x = (rng.standard_normal((4, 700)) * 1e3).astype(np.float32)
+        w = rng.standard_normal((700, n_out)).astype(np.float32)
+        v = rng.standard_normal((n_out, 300)).astype(np.float32)
+        got = compiled.bind(W=w)(x=x, V=v)["y"]
+        want = x.astype(np.float64) @ w @ v
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

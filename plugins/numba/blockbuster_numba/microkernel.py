@@ -401,6 +401,45 @@ def _prefetch_strip(a, off, sa0, sa1, rows, kc, size):
 
 
 @intrinsic
+def radd(typingctx, a, b):
+    """``a + b`` that LLVM may reassociate (``reassoc`` on this one addition only): a
+    running sum over a loop of it vectorises into partial sums per lane. Only the
+    order in which a row's terms are added changes, never the terms themselves; every
+    other operation stays IEEE (see runtime.FASTMATH: a global ``reassoc`` rewrote
+    terms). The generated kernels use it as ``radd_``, the drivers' narrow products
+    here."""
+    if a != b or a not in (types.float32, types.float64):
+        return None
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):
+        return builder.fadd(args[0], args[1], flags=("reassoc", "nsz"))
+
+    return sig, codegen
+
+
+@intrinsic
+def _run(typingctx, ptr, byte, count):
+    """The 1-D array of ``count`` contiguous elements at byte ``byte`` of ``ptr`` (a
+    view: no copy, no owner; C layout, so that loops over it vectorise)."""
+    if not isinstance(ptr, types.CPointer) or ptr.dtype not in (types.float32, types.float64):
+        return None
+    arrtype = types.Array(ptr.dtype, 1, "C")
+
+    def codegen(context, builder, signature, args):
+        p, off, n = args
+        i8p = ir.IntType(8).as_pointer()
+        data = builder.bitcast(builder.gep(builder.bitcast(p, i8p), [off]), p.type)
+        array = make_array(arrtype)(context, builder)
+        itemsize = context.get_abi_sizeof(context.get_data_type(ptr.dtype))
+        populate_array(array, data=data, shape=[n], strides=[ir.Constant(n.type, itemsize)],
+                       itemsize=ir.Constant(n.type, itemsize), meminfo=None)
+        return array._getvalue()
+
+    return arrtype(ptr, types.int64, types.int64), codegen
+
+
+@intrinsic
 def _view(typingctx, ptr, rows, cols, row_stride, col_stride):
     """The 2-D array of ``rows x cols`` elements at ``ptr``, strides in bytes (a view:
     no copy, no owner)."""
@@ -497,6 +536,47 @@ def _packed_entry(typingctx, a, a_off, m, k, sa0, sa1, bp, n, c, c_off, sc0, sc1
     return sig, codegen
 
 
+#: Products with at most this many columns skip the tile: an ``NR``-wide tile would
+#: do ``NR / n`` times the multiply-adds (a matrix-vector product 32x on AVX-512).
+NARROW = max(1, NR // 4)
+
+
+@njit(inline="always", **{k: v for k, v in _OPTS.items() if k != "cache"})
+def _narrow(a, m, k, sa0, sa1, B, c, sc0, sc1, overwrite, size):
+    """``C (+)= A·B`` for ``B`` of at most :data:`NARROW` columns (``k > 0``), where
+    ``A``'s rows or columns are contiguous: a dot product along ``k`` per element of
+    ``C`` (rows; ``B``'s columns copied contiguous first), or a scaled column of ``A``
+    added per step of ``k`` (columns). ``A`` is read once either way, each load
+    vectorised, and every multiply-add is one the product needs."""
+    n = B.shape[1]
+    C = _view(c, m, n, sc0, sc1)
+    if sa1 == size:
+        bt = np.empty((n, k), B.dtype)
+        for kk in range(k):
+            for j in range(n):
+                bt[j, kk] = B[kk, j]
+        for i in range(m):
+            row = _run(a, i * sa0, k)
+            for j in range(n):
+                col = bt[j]
+                acc = row[0] * col[0]
+                for kk in range(1, k):
+                    acc = radd(acc, row[kk] * col[kk])
+                C[i, j] = acc if overwrite != 0 else C[i, j] + acc
+        return
+    sums = np.zeros((n, m), B.dtype)
+    for kk in range(k):
+        col = _run(a, kk * sa1, m)
+        for j in range(n):
+            bj = B[kk, j]
+            out = sums[j]
+            for i in range(m):
+                out[i] += bj * col[i]
+    for i in range(m):
+        for j in range(n):
+            C[i, j] = sums[j, i] if overwrite != 0 else C[i, j] + sums[j, i]
+
+
 def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
     """``C += A·B``, or with ``overwrite`` (non-zero) ``C = A·B``, of the ``m x k``,
     ``k x n`` and ``m x n`` arrays at ``a``, ``b`` and ``c`` (strides in bytes;
@@ -504,7 +584,9 @@ def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
     the first panel of k stores its tiles instead of adding them: no zeroing of C
     first, no read of it (a product block of flash attention's depth-64 ``Q·Kᵀ``
     spent a fifth of its time on that). A is read where it lies, at any strides; B is
-    packed a panel at a time, and each panel multiplied by :func:`driver_packed`.
+    packed a panel at a time, and each panel multiplied by :func:`driver_packed`. A
+    ``B`` of at most :data:`NARROW` columns takes :func:`_narrow` instead (``A``'s rows
+    or columns contiguous, as views of blocks are).
 
     Compiled only as a C-callable entry point (:mod:`.gemm_call`), never as a Numba
     function that kernels link in."""
@@ -512,6 +594,9 @@ def driver(a, m, k, sa0, sa1, b, n, sb0, sb1, c, sc0, sc1, overwrite):
         return
     B = _view(b, k, n, sb0, sb1)
     size = B.itemsize
+    if k > 0 and n <= NARROW and (sa1 == size or sa0 == size):
+        _narrow(a, m, k, sa0, sa1, B, c, sc0, sc1, overwrite, size)
+        return
     kc_max = max(1, min(KC, k))
     nc_step = max(NR, PANEL_BYTES // (size * kc_max) // NR * NR)
     nc_max = min(nc_step, (n + NR - 1) // NR * NR)

@@ -20,6 +20,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from . import microkernel
 from .gemm_call import call_gemm, call_gemm_packed
 
 #: Fast-math flags of every generated function: only ``nsz`` (the sign of a zero),
@@ -89,20 +90,8 @@ minimum = _float_binary("llvm.minimum", "min(a, b), NaN-propagating, vectorisabl
 _maxnum = _float_binary("llvm.maxnum", "max(a, b) ignoring a NaN operand")
 _minnum = _float_binary("llvm.minnum", "min(a, b) ignoring a NaN operand")
 
-@intrinsic
-def radd(typingctx, a, b):
-    """``a + b`` that LLVM may reassociate (``reassoc`` on this one addition only): a
-    running sum over a loop of it vectorises into partial sums per lane. Only the
-    order in which a row's terms are added changes, never the terms themselves; every
-    other operation stays IEEE (see FASTMATH: a global ``reassoc`` rewrote terms)."""
-    if a != b or a not in (types.float32, types.float64):
-        return None
-    sig = a(a, b)
-
-    def codegen(context, builder, signature, args):
-        return builder.fadd(args[0], args[1], flags=("reassoc", "nsz"))
-
-    return sig, codegen
+# radd lives beside the GEMM drivers, which use it too (microkernel.py: why there).
+radd = microkernel.radd
 
 
 @intrinsic

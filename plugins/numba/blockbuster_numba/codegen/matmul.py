@@ -21,7 +21,7 @@ import math
 
 from blockbuster.ir.index import free_vars
 
-from ..microkernel import NR
+from ..microkernel import NARROW, NR
 from . import elementwise as ew
 from .values import Axis, Block, Frame
 
@@ -91,12 +91,18 @@ def packed_operand(g, b: Block, frame: Frame) -> str | None:
     sharing = math.prod(n for var, n in trips.items() if var not in used)
     # An input is packed once per call (once per binding when constant); an array an
     # earlier kernel computed, on every call and by one thread, while the products
-    # would share their packing among the threads: worth it only past that many.
-    if sharing < (2 if array in m.program.inputs else m.threads + 1):
+    # would share their packing among the threads: worth it only past that many. A
+    # weight is packed even for one product: bound (as a module holds it), it is
+    # packed once per binding, not in every call as the driver would.
+    least = (1 if array in m.program.weights else 2) if array in m.program.inputs \
+        else m.threads + 1
+    if sharing < least:
         return None
     rows, cols = v.axes[::-1] if transposed else v.axes
     if cols.dim.nblocks > 1 and cols.dim.block % NR:
         return None                     # a block may start inside a strip
+    if min(cols.dim.block, cols.dim.size) <= NARROW:
+        return None                     # the driver's narrow products read B unpacked
     kfull, nfull = (d.size for d in (dims[::-1] if transposed else dims))
     name = m.packed_operand(array, transposed, kernel_gen=g)
     return f"{name}, {kfull}, {nfull}, {start(g, rows)}, {start(g, cols)}"
