@@ -142,6 +142,9 @@ class Direct:
 
     def at(self, idx) -> str:
         """Code of element ``idx`` (one loop index per block axis)."""
+        return f"{self.array}[{', '.join(self._parts(idx))}]"
+
+    def _parts(self, idx) -> list[str]:
         it = iter(idx)
         parts = []
         for axis, code in self.pieces:
@@ -150,7 +153,7 @@ class Direct:
                 continue
             i = next(it)
             parts.append(i if code == "0" else f"{code} + {i}")
-        return f"{self.array}[{', '.join(parts)}]"
+        return parts
 
     def in_loop(self, idx, nest: "Nest") -> str:
         """Code of element ``idx`` inside ``nest``. Where the innermost loop's index
@@ -163,9 +166,7 @@ class Direct:
         inner = nest.idx[-1] if nest.rank else None
         if not axis or start == "0" or not idx or idx[-1] != inner:
             return self.at(idx)
-        head = self.at(tuple(idx[:-1]) + ("0",))       # every index but the last
-        row = head[:head.rindex(",") + 1] if "," in head else f"{self.array}["
-        view = f"{row} {start}:]" if "," in head else f"{row}{start}:]"
+        view = f"{self.array}[{', '.join(self._parts(idx)[:-1] + [f'{start}:'])}]"
         names = set(_WORD.findall(view))
         if inner in names:
             return self.at(idx)
