@@ -24,7 +24,7 @@ from .maps import emit_map
 from .matmul import gemm_into
 from .plan import planned_load
 from .reductions import emit_reduce
-from .values import Axis, Block, Frame, MapArray, Multi, Nest, padded
+from .values import Axis, Block, Frame, InPlace, MapArray, Multi, Nest, padded
 
 
 def emit(g, node: Expr, frame: Frame):
@@ -60,7 +60,7 @@ def emit(g, node: Expr, frame: Frame):
             raise BackendError(f"numba: '{op}' cannot take a map array or a tuple "
                                f"in `{format_expr(node)[:80]}`")
     if op == "dot":
-        return emit_dot(g, args, frame)
+        return emit_dot(g, args, frame, g.in_place.get(node))
     if op in INBLOCK:
         return emit_inblock_reduce(g, node, args[0], frame)
     if op in ("vecsum", "vecmax"):
@@ -123,10 +123,15 @@ def emit_get(g, node: Expr, frame: Frame):
     return Block(axes, name=name, frame=frame, contig=exact or len(axes) < 2, hint="get")
 
 
-def emit_dot(g, args, frame: Frame) -> Block:
+def emit_dot(g, args, frame: Frame, dest: InPlace | None = None) -> Block:
+    """A product block; stored straight into ``dest`` (its store's block) when it is
+    exactly that block."""
     a, b = args
-    name = g.names.fresh("dot")
     axes = (a.axes[0], b.axes[1])
+    if dest is not None and dest.fits(g, axes):
+        gemm_into(g, a, b, dest.view, frame, overwrite=True)
+        return Block(axes, name=dest.view, frame=frame, hint="dot")
+    name = g.names.fresh("dot")
     frame.lines.append(f"{name} = np.empty({g.x.shape(axes)}, DT)")
     gemm_into(g, a, b, name, frame, overwrite=True)
     return Block(axes, name=name, frame=frame, hint="dot")

@@ -39,6 +39,7 @@ class KernelGenerator:
         self.kernel_loops: tuple = ()          # the kernel's loops, in counting terms
         self.shared_maps: dict = {}            # reduce -> [(map, sink)] in its loop
         self.removable: set[str] = set()       # views dropped when nothing reads them
+        self.in_place: dict = {}               # value -> InPlace: its store's block
 
     def generate(self) -> list[str]:
         """The lines of the kernel's ``@njit`` function."""

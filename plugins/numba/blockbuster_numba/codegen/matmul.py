@@ -49,13 +49,17 @@ def gemm_into(g, a: Block, b: Block, dest: str, frame: Frame, overwrite: bool = 
     stride, any row stride: a ragged corner of a padded slot does), or
     with ``overwrite`` ``dest = a·b`` (``dest`` may be uninitialised), by the
     register-tiled micro-kernel (:mod:`..microkernel`)."""
+    frame.lines.append(gemm_calls(g, a, b, dest, frame)[0 if overwrite else 1])
+
+
+def gemm_calls(g, a: Block, b: Block, dest: str, frame: Frame) -> tuple[str, str]:
+    """The lines ``dest = a·b`` and ``dest += a·b`` (see :func:`gemm_into`)."""
     packed = packed_operand(g, b, frame)
     if packed is not None:
-        call = "gemm_packed_set_" if overwrite else "gemm_packed_"
-        frame.lines.append(f"{call}({matrix(g, a)}, {packed}, {dest})")
-        return
-    call = "gemm_set_" if overwrite else "gemm_"
-    frame.lines.append(f"{call}({matrix(g, a)}, {matrix(g, b)}, {dest})")
+        args = f"({matrix(g, a)}, {packed}, {dest})"
+        return "gemm_packed_set_" + args, "gemm_packed_" + args
+    args = f"({matrix(g, a)}, {matrix(g, b)}, {dest})"
+    return "gemm_set_" + args, "gemm_" + args
 
 
 def packed_operand(g, b: Block, frame: Frame) -> str | None:

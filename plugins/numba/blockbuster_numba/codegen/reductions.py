@@ -19,10 +19,10 @@ from blockbuster.ir.placement import binds_loop
 from .analyse import substitute_var
 from .elementwise import ew, loop_nest, materialize, write
 from .maps import emit_maps, map_elements, map_shape, sibling_groups
-from .matmul import gemm_into
-from .place import memo_key, target_frame
+from .matmul import gemm_calls, gemm_into
+from .place import computed_here, memo_key, target_frame
 from .schedule import close_loop, open_loop
-from .values import Block, Frame, IndexCode, MapArray, Multi, Nest, Sink, indent, shape_text
+from .values import Block, Frame, IndexCode, InPlace, MapArray, Multi, Nest, Sink, indent, shape_text
 
 
 def reduce_range(g, node: Expr, frame: Frame) -> tuple[IndexCode, IndexCode, bool]:
@@ -191,7 +191,39 @@ def gemm_passenger(g, body: Expr, inner: Frame, frame: Frame, mode: str, acc_axe
 
 
 def reduce_sum(g, node, frame, inner, b, single, acc_axes):
+    dest = g.in_place.get(node)
+    if dest is not None:
+        found = sum_in_place(g, node, frame, inner, b, single, acc_axes, dest)
+        if found is not None:
+            return [found]
     return passengers(g, node.args, inner, frame, single, "add", acc_axes)
+
+
+def sum_in_place(g, node: Expr, frame: Frame, inner: Frame, b, single: bool, acc_axes,
+                 dest: InPlace) -> Block | None:
+    """``sum(dot)`` added up in its store's block (:func:`.stores.in_place_target`):
+    the first trip stores its product (``gemm_set_``: nothing zeroed first), the
+    others add theirs; a range that may be empty zeroes the block first. None when
+    the product is not exactly that block, or is needed elsewhere."""
+    body = node.args[0]
+    if g.uses[body] > 1 or not computed_here(body, inner) or memo_key(body, inner) in inner.memo:
+        return None
+    x, y = (g.value(v, inner) for v in body.args)
+    if not (isinstance(x, Block) and isinstance(y, Block)):
+        return None
+    axes = acc_axes((x.axes[0], y.axes[1]))
+    if not dest.fits(g, axes):
+        return None
+    store, add = gemm_calls(g, x, y, dest.view, inner)
+    lo, hi = (str(v) for v in reduce_range(g, node, frame)[:2])
+    if single:
+        inner.lines.append(store)
+    elif lo.isdigit() and hi.isdigit() and int(lo) < int(hi):
+        inner.lines.extend([f"if {b.name} == {lo}:", f"    {store}", "else:", f"    {add}"])
+    else:
+        frame.lines.append(f"{dest.view}[:, :] = ZERO")
+        inner.lines.append(add)
+    return Block(axes, name=dest.view, frame=frame, hint="acc")
 
 
 def reduce_max(g, node, frame, inner, b, single, acc_axes):

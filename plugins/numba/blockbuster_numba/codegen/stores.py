@@ -14,7 +14,8 @@ from blockbuster.ir.program import Store
 
 from .elementwise import materialize, write
 from .maps import emit_maps
-from .values import Block, Frame, IndexCode, MapArray, Sink, indent
+from .place import computed_here
+from .values import Block, Frame, IndexCode, InPlace, MapArray, Sink, indent
 
 
 def emit_stores(g, stores, frame: Frame) -> None:
@@ -77,13 +78,18 @@ def emit_store(g, store: Store, frame: Frame) -> None:
     array = store.array
     dims = g.m.array_dims[array]
     colons = [k for k, ix in enumerate(store.index) if ix is None]
-    v = g.value(store.value, frame)
     if not colons:
+        blocks = [g.x.block_index(ix, d, frame) for ix, d in zip(store.index, dims)]
+        target = in_place_target(g, store, blocks, frame)
+        v = g.value(store.value, frame)
+        g.in_place.pop(store.value, None)
+        if target is not None and isinstance(v, Block) and v.name == target.view:
+            return                      # the products were added up in the block itself
         if not isinstance(v, Block):
             raise BackendError(f"numba: store to {array} needs a block value")
-        blocks = [g.x.block_index(ix, d, frame) for ix, d in zip(store.index, dims)]
         store_block(g, array, blocks, v, frame)
         return
+    v = g.value(store.value, frame)
     if not isinstance(v, MapArray) or len(v.levels) < len(colons):
         raise BackendError(f"numba: ':' store to {array} needs a map value")
     # One loop per ':', outermost map level first; each element is a view of the
@@ -105,6 +111,33 @@ def emit_store(g, store: Store, frame: Frame) -> None:
     for k, name in reversed(list(zip(colons, names))):
         nested = [f"for {name} in range({dims[k].nblocks}):"] + indent(nested)
     frame.lines.extend(nested)
+
+
+def in_place_target(g, store: Store, blocks, frame: Frame) -> InPlace | None:
+    """Where a block that is a sum of products (or one product) can be accumulated in
+    the destination block itself, and registered for the ``dot`` or ``sum`` to find
+    (:func:`.reductions.gemm_passenger`); None where it cannot. Without it the sum
+    is added up in a new block, then copied out element by element: at 1024x1024
+    blocks, 4 MiB zeroed, then read and written again, per block.
+
+    It can where nothing else reads the value, the kernel does not read the
+    destination array (its old values are not needed), the value is computed at the
+    store (not hoisted out of the store's loops) and the destination's last axis is
+    the array's last (unit stride, as the micro-kernel writes ``C``)."""
+    node = store.value
+    summed = node.args[0] if node.op == "reduce" and len(node.args) == 1 else None
+    if not (node.op == "dot" or (summed is not None and summed.op == "dot"
+                                 and node.attr.combiner == "sum")):
+        return None
+    if g.uses[node] != 1 or store.array in g.kernel.reads() or not computed_here(node, frame):
+        return None
+    dims = g.m.array_dims[store.array]
+    view, axes, _ = dest_view(g, store.array, blocks, frame)
+    if len(axes) != 2 or axes[-1].dim is not dims[-1]:
+        return None
+    target = InPlace(view, g.x.shape(axes), tuple(a.dim.name for a in axes))
+    g.in_place[node] = target
+    return target
 
 
 def store_block(g, array: str, blocks, v: Block, frame: Frame) -> None:

@@ -339,6 +339,25 @@ class Nest:
         return name
 
 
+class InPlace:
+    """A store's destination block, where the sum of products that is its value is
+    accumulated directly (:func:`.stores.in_place_target`): the view's name, the
+    code of its shape and the names of its axes' dimensions (a product of another
+    shape or layout is not accumulated there)."""
+
+    __slots__ = ("view", "shape", "dims")
+
+    def __init__(self, view: str, shape: str, dims: tuple[str, ...]):
+        self.view = view
+        self.shape = shape
+        self.dims = dims
+
+    def fits(self, g, axes) -> bool:
+        """Whether a product block with ``axes`` is exactly this block."""
+        return (g.x.shape(axes) == self.shape
+                and tuple(a.dim.name for a in axes) == self.dims)
+
+
 class Sink:
     """Where elementwise results go: ``array[prefix..., r, c]`` combined by ``mode``
     (set, add, max, or rescale-add with the row factors ``alpha``)."""
