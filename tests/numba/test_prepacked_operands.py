@@ -51,6 +51,24 @@ def test_packed_driver_reads_any_block_of_the_packed_matrix(dtype, transposed, K
     assert np.abs(acc - 5.0 - want).max() <= eps * scale
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_threads_packing_their_share_of_the_strips_lay_out_the_same_matrix(transposed):
+    # Big enough to be packed by several threads; ragged in both directions.
+    k, n = 2 * mk.KC + 37, 9 * mk.NR + 5
+    assert k * n >= prepack.PARALLEL_PACK
+    w = np.random.default_rng(4).standard_normal((n, k) if transposed else (k, n))
+    w = w.astype(np.float32)
+    alone = prepack.packed_input(w, transposed, {}, "w", threads=1)
+    shared = prepack.packed_input(w, transposed, {}, "w", threads=3)
+    np.testing.assert_array_equal(alone, shared)
+    # ... and it is the matrix: a product read through it is w's product.
+    a = np.random.default_rng(5).standard_normal((7, k)).astype(np.float32)
+    c = np.empty((7, n), np.float32)
+    _gemm_packed(a, shared, k, n, 0, 0, c, 1)
+    want = a.astype(np.float64) @ (w.T if transposed else w).astype(np.float64)
+    assert np.abs(c - want).max() <= 2e-6 * np.abs(a).max() * np.abs(w).max() * k
+
+
 def test_an_empty_sum_overwrites_with_zeros_and_adds_nothing():
     w = np.ones((300, 70), np.float32)
     pk = prepack.packed_input(w, False, {}, "w")
@@ -114,7 +132,7 @@ def test_a_bound_weight_is_packed_on_the_first_call_only(monkeypatch):
 
     def counting(dtype):
         fn = real(dtype)
-        return lambda b, out: (packed.append(b.shape), fn(b, out))
+        return lambda b, out, lo, hi: (packed.append(b.shape), fn(b, out, lo, hi))
     monkeypatch.setattr(prepack, "packer", counting)
     bound = compiled.bind(W1=w1, W2=w2)
     first = bound(x=x)["y"]

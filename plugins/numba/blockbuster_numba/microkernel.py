@@ -633,15 +633,20 @@ def packed_size(k: int, n: int) -> int:
     return k * (-(-n // NR) * NR)
 
 
-def pack_panels(B, out):
-    """``out`` (1-D, :func:`packed_size` elements) = ``B`` (2-D, any strides) in the
-    pre-packed layout. Compiled per dtype by :mod:`.prepack` (for any strides: a
-    transposed weight needs no compile of its own)."""
+def pack_panels(B, out, lo, hi):
+    """Column strips ``lo .. hi`` of ``out`` (1-D, :func:`packed_size` elements) =
+    ``B`` (2-D, any strides) in the pre-packed layout, in every panel: threads given
+    disjoint strips pack one matrix together. Compiled per dtype by :mod:`.prepack`
+    (for any strides: a transposed weight needs no compile of its own)."""
     k, n = B.shape
     strips = (n + NR - 1) // NR
+    hi = min(hi, strips)
+    if lo >= hi:
+        return
     for p0 in range(0, k, KC):
         depth = min(KC, k - p0)
-        _pack_b(B, p0, depth, 0, n, out[p0 * strips * NR:])
+        _pack_b(B, p0, depth, lo * NR, min(n, hi * NR) - lo * NR,
+                out[p0 * strips * NR + lo * depth * NR:])
 
 
 def driver_packed(a, m, k, sa0, sa1, pk, kfull, nfull, r0, c0, n, c, sc0, sc1, overwrite):

@@ -181,7 +181,7 @@ def driver(m) -> list[str]:
                 packed_yet.add(a)
                 array, transposed = m.packed[a]
                 lines.append(f"    {names[a]} = packed_input_({names[array]}, {transposed}, "
-                             f"PACKED, {a!r})")
+                             f"PACKED, {a!r}, THREADS)")
         args = ", ".join(names[a] for a in arrays)
         if runner is not k:
             lines.append(f"    # kernel {k.name}: the function of kernel {runner.name}")
