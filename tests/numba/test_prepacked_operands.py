@@ -192,6 +192,27 @@ def test_an_array_an_earlier_kernel_computed_is_packed_once_after_it(transposed)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
 
 
+@pytest.mark.parametrize("k,packed", [(600, True), (100, False)])
+def test_a_large_intermediate_read_by_two_row_blocks_is_packed_by_all_threads(k, packed):
+    """t = a·b (k x 500) read by the two row blocks of y = x·t on two threads: packed
+    first when it is large enough for every thread to pack its share of it; a small
+    one is packed by one thread, worth it only for more products than threads."""
+    from blockbuster.frontend.builder import GraphBuilder
+    g = GraphBuilder("chain2")
+    g.dim("M", 90, 64), g.dim("K", k, k), g.dim("N", 500, 500), g.dim("P", 30, 30)
+    t = g.matmul(g.input("a", "K", "P"), g.input("b", "P", "N"), name="t")
+    y = g.matmul(g.input("x", "M", "K"), t, name="y")
+    assert (k * 500 >= prepack.PARALLEL_PACK) == packed
+    compiled = bb.compile(g.build(y), backend=backend, tune="off", threads=2)
+    assert ("packed_input_(t," in compiled.run.source) == packed
+    rng = np.random.default_rng(6)
+    arrays = {"a": rng.standard_normal((k, 30)) * 1e3, "b": rng.standard_normal((30, 500)),
+              "x": rng.standard_normal((90, k))}
+    want = arrays["x"] @ (arrays["a"] @ arrays["b"])
+    got = compiled(**{n: v.astype(np.float32) for n, v in arrays.items()})["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def _small_batch(n_out: int):
     """x[4, 700] · W[700, n_out] · V[n_out, 300] with x one row block: each product
     runs once per call (one parallel instance)."""

@@ -22,6 +22,7 @@ import math
 from blockbuster.ir.index import free_vars
 
 from ..microkernel import NARROW, NR
+from ..prepack import PARALLEL_PACK
 from . import elementwise as ew
 from .values import Axis, Block, Frame
 
@@ -94,12 +95,15 @@ def packed_operand(g, b: Block, frame: Frame) -> str | None:
             trips.setdefault(var, binding.dim.nblocks)
     sharing = math.prod(n for var, n in trips.items() if var not in used)
     # An input is packed once per call (once per binding when constant); an array an
-    # earlier kernel computed, on every call and by one thread, while the products
-    # would share their packing among the threads: worth it only past that many. A
-    # weight is packed even for one product: bound (as a module holds it), it is
-    # packed once per binding, not in every call as the driver would.
+    # earlier kernel computed, on every call. A large array is packed by all threads
+    # at once (prepack.PARALLEL_PACK), in 1/threads of the time of one packing:
+    # worth it for two products. A small one is packed by one thread, while the
+    # products would share their packing among the threads: worth it only past that
+    # many. A weight is packed even for one product: bound (as a module holds it), it
+    # is packed once per binding, not in every call as the driver would.
+    together = m.threads > 1 and math.prod(d.size for d in dims) >= PARALLEL_PACK
     least = (1 if array in m.program.weights else 2) if array in m.program.inputs \
-        else m.threads + 1
+        else 2 if together else m.threads + 1
     if sharing < least:
         return None
     rows, cols = v.axes[::-1] if transposed else v.axes
