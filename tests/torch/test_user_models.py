@@ -5,6 +5,7 @@ inputs. Each matches PyTorch eager in float64."""
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 
 import numpy as np
@@ -1027,3 +1028,23 @@ def test_only_calls_that_draw_random_numbers_count_as_random():
         torch._dynamo.reset()
         torch.compile(fn, backend=backend)(x)
     assert seen == [False, True, True, False]
+
+
+def test_a_model_that_fails_to_trace_is_one_line_of_error_not_torch_logs(tmp_path):
+    """torch logs its own traceback when tracing fails (an input of the wrong shape
+    for the model: ~40 lines); the CLI prints only its one-line error."""
+    import subprocess
+    import sys
+    (tmp_path / "bad.py").write_text(
+        "import torch\n"
+        "def factory():\n"
+        "    return torch.nn.Linear(4, 4), (torch.randn(3, 5),)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"}
+    done = subprocess.run([sys.executable, "-m", "blockbuster", "run",
+                           f"{tmp_path / 'bad.py'}:factory", "--tune", "off"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: torch.export could not capture the model")
+    assert "[3, 5]" in lines[0]

@@ -8,6 +8,7 @@ operator the user wrote.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -72,9 +73,14 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
     was_training = module.training
     module.eval()
     try:
-        with warnings.catch_warnings():      # torch's deprecation chatter is not the user's
+        with warnings.catch_warnings(), _torch_logs_quiet():
+            # torch's deprecation chatter is not the user's, nor TorchDynamo's list
+            # of attributes a forward sets (Hugging Face layers set some): the
+            # import computes outputs only, and refuses writes to buffers below
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*side effects happened",
+                                    category=UserWarning)
             # with autograd on, as a forward pass that could be trained: modules
             # with an inference fast path (``nn.TransformerEncoderLayer`` under
             # ``no_grad``: one fused ATen operator) trace their operators instead
@@ -103,6 +109,35 @@ def export(fn, example_inputs: tuple, strict: bool | None = None):
                            f"{_grouped_inputs_hint(example_inputs)}") from None
     finally:
         module.train(was_training)
+
+
+@contextlib.contextmanager
+def _torch_logs_quiet():
+    """torch's own loggers off while capturing: a model that fails to trace (an input
+    of the wrong shape) made torch log its traceback (40 lines) before the one-line
+    error raised below says the same. ``TORCH_LOGS`` set: the user asked for them."""
+    if os.environ.get("TORCH_LOGS"):
+        yield
+        return
+    import logging
+
+    def torch_record(record) -> bool:
+        return not (record.name == "torch" or record.name.startswith("torch."))
+    # Each logger that handles torch's records (torch's own, and any a record
+    # propagates to: loggers torch creates while tracing have no handlers) drops them.
+    handlers = {h for lg in (logging.getLogger("torch"), logging.root) for h in lg.handlers}
+    handlers |= {h for name in list(logging.root.manager.loggerDict)
+                 if name.startswith("torch.")
+                 for h in getattr(logging.getLogger(name), "handlers", ())}
+    if logging.lastResort is not None:          # (records no handler takes)
+        handlers.add(logging.lastResort)
+    for h in handlers:
+        h.addFilter(torch_record)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(torch_record)
 
 
 def _refuse_mutations(ep) -> None:
