@@ -621,3 +621,23 @@ def test_a_block_name_no_region_has_is_said_not_ignored():
     assert len(said) == 1 and "no dimension ZZZ" in said[0] and "N64" in said[0], said
     assert "N64," not in said[0].split("no dimension")[1].split("(")[0]
     assert _close(got, model(x))
+
+
+def test_a_number_argument_that_changes_between_calls_says_how_to_keep_it_compiled():
+    """eps= of layer_norm changed between calls: TorchDynamo passes it as a runtime
+    value, read back with .item(), which no program expresses. The graph runs in
+    PyTorch (correct results) and the warning says why and what to do."""
+    from blockbuster.frontend.pytorch.dynamo import FallbackWarning
+    w = torch.randn(24, 24)
+
+    def fn(x, eps):
+        return torch.nn.functional.layer_norm(x, (24,), eps=eps) @ w
+    compiled = torch.compile(fn, backend="blockbuster",
+                             options={"backend": "reference", "tune": "off"})
+    x = torch.randn(7, 24) * 1e3
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always", FallbackWarning)
+        for eps in (1e-5, 1e3):                     # the second value matters
+            assert _close(compiled(x, eps), fn(x, eps))
+    messages = [str(c.message) for c in caught if issubclass(c.category, FallbackWarning)]
+    assert messages and all("specialize_float" in m and "eps=" in m for m in messages)

@@ -174,7 +174,7 @@ def compile_graph(gm, example_inputs: list, opts: CompileOptions,
     try:
         ep = export(gm, tuple(example_inputs), strict=False)
     except ImportError_ as exc:
-        _report(f"the whole graph is left to PyTorch: {exc}")
+        _report(f"the whole graph is left to PyTorch: {exc}{_runtime_number_hint(exc)}")
         return gm
     unsupported: set[str] = set()
     limit = sum(1 for _ in ep.graph.nodes)
@@ -209,6 +209,20 @@ def compile_graph(gm, example_inputs: list, opts: CompileOptions,
             return gm
     _report("the whole graph is left to PyTorch: no part of it could be lowered")
     return gm
+
+
+def _runtime_number_hint(exc) -> str:
+    """Why the capture failed where TorchDynamo made a Python number an input: a number
+    that changed between calls becomes a runtime value, and an operator taking it as
+    an argument (``eps=``, a clamp bound, an exponent) reads it back with ``.item()``
+    (``aten._local_scalar_dense``), which a program cannot express."""
+    if "_local_scalar_dense" not in str(exc):
+        return ""
+    return (" (a Python number passed to an operator as an argument -- eps=, a clamp "
+            "bound, an exponent -- changed between calls, and TorchDynamo now passes it "
+            "as a runtime value; such numbers are fused only in arithmetic with tensors. "
+            "Keep it constant, or set torch._dynamo.config.specialize_float = True: one "
+            "compile per value)")
 
 
 class _NoRegion(Exception):
