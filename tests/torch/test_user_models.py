@@ -1048,3 +1048,26 @@ def test_a_model_that_fails_to_trace_is_one_line_of_error_not_torch_logs(tmp_pat
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("error: torch.export could not capture the model")
     assert "[3, 5]" in lines[0]
+
+
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU])
+def test_recurrent_layers_import_as_their_unrolled_steps(cell):
+    """An LSTM or GRU over 5 steps (batch 3, ragged sizes): every output (the
+    sequence, and the last hidden and cell states) matches the layer in float64,
+    fused and unfused, on the Numba backend."""
+    torch.manual_seed(0)
+    model = cell(7, 9, batch_first=True).eval()
+    x = torch.randn(3, 5, 7) * 4
+    m64 = copy.deepcopy(model).double()
+    with torch.no_grad():
+        out64 = m64(x.double())
+    flat = [out64[0]] + (list(out64[1]) if isinstance(out64[1], tuple) else [out64[1]])
+    want = [t.numpy() for t in flat]
+    low = lower_module(model, x)
+    assert len(low.outputs) == len(want)
+    for fuse in (False, True):
+        program = bb.fuse(low.program).program if fuse else low.program
+        out = bb.compile(program, backend="numba", tune="off")(
+            **{low.inputs[0].name: x.numpy().astype(np.float32)}, **low.weights)
+        for b, w in zip(low.outputs, want):
+            assert max_rel_error(out[b.name].reshape(w.shape), w) < 1e-5
