@@ -196,12 +196,21 @@ def action_states(programs: Iterable[Program], fuse_rules: RuleSet | None = None
         out = []
         states = [program]
         if fuse_rules is not None:
-            trace = [s.program_after for s in
-                     Engine(fuse_rules, hardware=hardware).run(program).trace]
+            steps = Engine(fuse_rules, hardware=hardware).run(program).trace
+            trace = [s.program_after for s in steps]
             if trace:
                 step = max(1, len(trace) // per_program)
                 picked = trace[step - 1::step][:per_program]
                 states += picked + ([trace[-1]] if trace[-1] not in picked else [])
+            # The state before each action's first application: an action that fires
+            # once per derivation (hold_accumulators) is seldom on an evenly spaced
+            # sample, and went unchecked when a user's extra rule shifted the trace.
+            first_use = {}
+            for s in steps:
+                first_use.setdefault(s.rule, s.program_before)
+            states += [first_use[name] for name, rule in fuse_rules.rules.items()
+                       if rule.kind != "rewrite" and name in first_use
+                       and first_use[name] not in states]
         states += [app.build() for s in states[1::2]
                    for app in itertools.islice(ACTION_IMPLS["hold"](s), 1)]
         for k, state in enumerate(states):

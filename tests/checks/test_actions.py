@@ -63,3 +63,22 @@ def test_a_broken_action_is_caught_on_llama_block(monkeypatch):
     rule = load_rules_text("rule dead: apply drop_dead()\n").rules["dead"]
     finding = check_action(rule, llama)
     assert not finding.sound and "llama_block" in finding.detail
+
+
+def test_every_action_that_fires_is_tried_several_times_whatever_the_schedule(tmp_path):
+    """An action that fires once per derivation (hold_accumulators) is tried on the
+    state before it fired, also when a user's rule file adds a phase of its own in
+    front (which shifts the evenly spaced sample of states: it was tried 0-1 times)."""
+    from blockbuster.checks.soundness import check_soundness
+    from blockbuster.dsl.loader import default_rules_path, load_rules
+    phases = ", ".join(RULES.schedule)
+    mine = tmp_path / "mine.bbr"
+    mine.write_text(f'include "{default_rules_path()}"\n'
+                    "rule double_neg: neg(neg(a)) => a\n"
+                    "phase mine: double_neg\n"
+                    f"schedule: mine, {phases}\n")
+    findings = {f.rule: f for f in check_soundness(load_rules(mine), trials=4, seed=0,
+                                                   hardware=DEFAULT_HARDWARE)}
+    for rule in ACTIONS:
+        assert findings[rule.name].sound and findings[rule.name].trials >= 4, \
+            str(findings[rule.name])
