@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import blockbuster as bb
 from blockbuster.frontend.pytorch import ImportError_, lower_module
 
-from helpers_torch import float64_reference, max_rel_error, run_imported
+from helpers_torch import float64_reference, fused_error_vs_float64, max_rel_error, run_imported
 
 
 class NormMLP(torch.nn.Module):
@@ -854,3 +854,27 @@ def test_halves_of_a_projection_whose_positions_are_iterated_one_at_a_time():
         got, _, _ = run_imported(f, x, fuse=fuse)
         for g, w in zip(got, want):
             assert max_rel_error(g.reshape(w.shape), w) < 1e-5
+
+
+class _ExpandedMatmul(torch.nn.Module):
+    def __init__(self, which):
+        super().__init__()
+        self.which = which
+
+    def forward(self, a, b):
+        if self.which == "k of a":
+            return (a.expand(5, 13, 24) @ b) * 10
+        if self.which == "k of b":
+            return (a @ b.expand(24, 7)) * 10
+        return (a @ b.expand(24, 7)) * 10 + torch.arange(7.0)       # columns of b
+
+
+@pytest.mark.parametrize("which, sa, sb", [("k of a", (5, 13, 1), (24, 7)),
+                                           ("k of b", (5, 13, 24), (1, 7)),
+                                           ("columns of b", (5, 13, 24), (24, 1))])
+def test_a_matmul_operand_expanded_from_size_1(which, sa, sb):
+    """An operand broadcast along the contracted axis (or b's columns) by ``expand``:
+    not stored, so no block of it exists; it was "shapes do not broadcast"."""
+    torch.manual_seed(0)
+    xs = (torch.randn(*sa) * 100, torch.randn(*sb))
+    assert fused_error_vs_float64(_ExpandedMatmul(which).eval(), *xs) < 1e-5

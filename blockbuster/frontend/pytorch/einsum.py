@@ -17,15 +17,15 @@ from __future__ import annotations
 
 
 def decompose_einsum(torch):
-    """The decomposition of ``aten.einsum.default``: operands contracted two at a time,
-    left to right (torch's own decomposition for what this does not cover: one
-    operand, an implicit output, an index twice in one operand, a shared index
-    broadcast from size 1)."""
+    """The decomposition of ``aten.einsum.default``: the equation normalised
+    (:func:`_normalise`: an implicit output spelled out, ``...`` as letters, an index
+    twice in one operand as a diagonal, an axis of size 1 broadcast), then one operand
+    summed and permuted, or operands contracted two at a time, left to right. It never
+    hands back to torch's own einsum: that decomposition dispatches to this one again."""
     def einsum(equation, tensors, *, path=None):
-        plan = _plan(equation, tensors)
-        if plan is None:
-            return torch.ops.aten.einsum.default.decompose(equation, tensors, path=path)
-        subs, out = plan
+        subs, out, tensors = _normalise(torch, equation, list(tensors))
+        if len(tensors) == 1:
+            return _single(torch, tensors[0], subs[0], out)
         acc, sacc = tensors[0], subs[0]
         for p in range(1, len(tensors)):
             later = "".join(subs[p + 1:])
@@ -37,29 +37,67 @@ def decompose_einsum(torch):
     return einsum
 
 
-def _plan(equation: str, tensors):
-    """(each operand's indices, the output's) of an explicit equation of two or more
-    operands, or None."""
+def _normalise(torch, equation: str, tensors: list):
+    """(each operand's indices, the output's, the operands) of ``equation``, each index
+    once per operand and of one size everywhere: an implicit output is ``...`` then
+    the indices used once, sorted (torch's rule); ``...`` becomes spare letters; an
+    index twice in one operand takes that operand's diagonal; an axis of size 1 is
+    expanded to its index's size. ValueError for an equation the operands do not fit."""
     eq = equation.replace(" ", "")
-    if "->" not in eq or len(tensors) < 2:
-        return None
-    ins, out = eq.split("->")
+    ins, arrow, out = eq.partition("->")
     subs = ins.split(",")
     if len(subs) != len(tensors):
-        return None
-    if "..." in eq:
+        raise ValueError(f"einsum {equation!r}: the equation has {len(subs)} operand(s), "
+                         f"{len(tensors)} given")
+    if not arrow:
+        used = "".join(s.replace("...", "") for s in subs)
+        out = ("..." if "..." in ins else "") + \
+            "".join(sorted(i for i in set(used) if used.count(i) == 1))
+    if "..." in ins + out:
         subs, out = _spell_ellipsis(subs, out, tensors)
-    if subs is None or "." in "".join(subs) + out \
-            or any(len(set(s)) != len(s) for s in subs + [out]):
-        return None
-    if any(len(s) != t.dim() for s, t in zip(subs, tensors)):
-        return None
+        if subs is None:
+            raise ValueError(f"einsum {equation!r}: '...' does not fit the operands' shapes")
+    bad = [i for i in "".join(subs) + out if not i.isalpha()]
+    if bad:
+        raise ValueError(f"einsum {equation!r}: {bad[0]!r} is not an index letter")
+    for n, (s, t) in enumerate(zip(subs, tensors)):
+        if len(s) != t.dim():
+            raise ValueError(f"einsum {equation!r}: operand {n} has {t.dim()} dimension(s) "
+                             f"but {len(s)} indices")
+    if len(set(out)) != len(out) or any(i not in "".join(subs) for i in out):
+        raise ValueError(f"einsum {equation!r}: each output index must appear once in the "
+                         "output and in some operand")
+    for n in range(len(tensors)):
+        t, s = tensors[n], subs[n]
+        while len(set(s)) != len(s):             # an index twice: the diagonal
+            i = next(c for c in s if s.count(c) > 1)
+            a = s.index(i)
+            b = s.index(i, a + 1)
+            t = torch.diagonal(t, 0, a, b)       # the diagonal's axis comes last
+            s = "".join(c for p, c in enumerate(s) if p not in (a, b)) + i
+        tensors[n], subs[n] = t, s
     size = {}
-    for s, t in zip(subs, tensors):          # a shared index has one size (no broadcast)
-        for i, n in zip(s, t.shape):
-            if size.setdefault(i, n) != n:
-                return None
-    return subs, out
+    for s, t in zip(subs, tensors):
+        for i, k in zip(s, t.shape):
+            if k != 1 and size.setdefault(i, k) != k:
+                raise ValueError(f"einsum {equation!r}: index {i!r} has sizes "
+                                 f"{size[i]} and {k}")
+    for n, (s, t) in enumerate(zip(subs, tensors)):
+        want = [size.get(i, 1) for i in s]
+        if list(t.shape) != want:                # a size-1 axis broadcast
+            tensors[n] = t.expand(want)
+    return subs, out, tensors
+
+
+def _single(torch, t, sub: str, out: str):
+    """One operand: the indices not in the output summed, the rest put in its order."""
+    gone = [p for p, i in enumerate(sub) if i not in out]
+    if gone:
+        t = torch.sum(t, dim=gone)
+        sub = "".join(i for i in sub if i in out)
+    if sub != out:
+        return torch.permute(t, [sub.index(i) for i in out])
+    return t if gone else torch.clone(t)      # a new tensor, as einsum returns
 
 
 def _spell_ellipsis(subs: list, out: str, tensors):

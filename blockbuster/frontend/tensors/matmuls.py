@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import attrs
+
 from ...ir import expr as E
 from ...ir.expr import Expr
 from ...ir.index import IVar
 from .errors import TensorError
-from .values import Index, Value, drop_axis, insert_axis, permute
+from .values import Index, Value, drop_axis, expand, insert_axis, permute
 
 
 class MatmulEmitter:
@@ -46,6 +48,23 @@ class MatmulEmitter:
         ka, kb = a.axes[-1], b.axes[-2]
         if a.shape[-1] != b.shape[-2]:
             raise TensorError(f"{what}: contracts {a.shape[-1]} with {b.shape[-2]}")
+        if b.axes[-1] is None and b.shape[-1] > 1:
+            # ``b``'s columns expanded (all alike): the product of one, expanded
+            out = self.matmul(a, _unexpand(b, b.rank - 1), what, name, hi_of)
+            return expand(out, out.shape[:-1] + (b.shape[-1],), self.planner)
+        if a.axes[-2] is None and a.shape[-2] > 1:
+            # ``a``'s rows expanded: the product of one row, expanded
+            out = self.matmul(_unexpand(a, a.rank - 2), b, what, name, hi_of)
+            return expand(out, out.shape[:-2] + (a.shape[-2], out.shape[-1]), self.planner)
+        if ka is None and a.shape[-1] > 1 and hi_of is None:
+            # ``a`` expanded along K (the same at every k): a's one column times the
+            # sum of b's rows, an outer product
+            b_sum = self.reduce("sum", b, b.rank - 2, what, keepdim=True)
+            return self._thin_matmul(_unexpand(a, a.rank - 1), b_sum, what, name, hi_of)
+        if kb is None and b.shape[-2] > 1 and hi_of is None:
+            # ``b`` expanded along K: the sum of a's columns times b's one row
+            a_sum = self.reduce("sum", a, a.rank - 1, what, keepdim=True)
+            return self._thin_matmul(a_sum, _unexpand(b, b.rank - 2), what, name, hi_of)
         if ka is None or kb is None or a.axes[-2] is None or b.axes[-1] is None:
             # a size-1 axis is not stored, so there is no 2-D block to ``dot``:
             # multiply with broadcasting, then sum over the contracted axis
@@ -146,6 +165,12 @@ class MatmulEmitter:
             return self.reduce("sum", prod, prod.rank - 1, what, keepdim=True, name=name)
         prod = self.elementwise("mul", [permute(a, swap), b], what)    # one row
         return self.reduce("sum", prod, prod.rank - 2, what, keepdim=True, name=name)
+
+
+def _unexpand(v: Value, axis: int) -> Value:
+    """``v`` with its broadcast (not stored) ``axis`` back to size 1: its elements do
+    not depend on that index."""
+    return attrs.evolve(v, shape=v.shape[:axis] + (1,) + v.shape[axis + 1:])
 
 
 def _lead(v: Value) -> Value:
