@@ -38,7 +38,7 @@ from ..rewrite.matcher import compile_pattern, instantiate
 from .patterns import CANDIDATE_TYPES, TILES, MalformedRule, PatternInfo, TypeSampler, analyse
 
 __all__ = ["Deck", "Instance", "InstanceBuilder", "MalformedRule", "VALUE_KINDS",
-           "describe_inputs", "random_values"]
+           "describe_inputs", "guarded_finite", "random_values"]
 
 OUTER = "__i"                    # the kernel's outer loop variable (a point dim "I")
 SHAPE_KINDS = ("1x1", "thin", "one_block", "even", "ragged")
@@ -320,10 +320,19 @@ def random_values(program: Program, kind: str, rng: np.random.Generator) -> dict
         elif kind == "small_integers":      # exact zeros and ties: div(a, a) at a = 0
             # (0 drawn 3 times in 7: a 1x1 instance meets it in nearly every trial)
             v = rng.choice([-2.0, -1.0, 0.0, 0.0, 0.0, 1.0, 2.0], shape)
+        elif kind == "with_nan":            # NaN propagation (see soundness.nan_hidden)
+            v = rng.standard_normal(shape)
+            v[rng.random(shape) < 0.3] = np.nan
         else:
             v = 10.0 ** rng.uniform(-4, 4, shape)
         out[name] = v
     return out
+
+
+def guarded_finite(rule: RuleDef) -> set:
+    """The input arrays of ``rule``'s instances that a guard keeps finite: NaN is not
+    ``positive``, so the NaN check leaves those variables' arrays as drawn."""
+    return {f"in_{args[0]}" for args in _guarded(rule, "positive")}
 
 
 def describe_inputs(inputs: dict, limit: int = 3) -> str:

@@ -34,7 +34,7 @@ from ..ir.verify import verify
 from ..rewrite.actions import ACTION_IMPLS
 from .findings import Finding, finding
 from .instances import VALUE_KINDS, Deck, InstanceBuilder, MalformedRule, describe_inputs, \
-    random_values
+    guarded_finite, random_values
 from .patterns import escaping_variables
 
 #: Default number of instances run per rewrite rule (each on one value distribution).
@@ -48,6 +48,7 @@ ATOL = 1e-12
 STATES_PER_PROGRAM = 3          # fusion states sampled per program for actions
 APPLICATIONS_PER_STATE = 2
 ACTION_TRIALS = 24              # applications checked per action (programs interleaved)
+NAN_TRIALS = 8                  # instances of a rewrite on inputs with NaNs (nan_hidden)
 
 
 def mismatch(left, right) -> str:
@@ -146,7 +147,53 @@ def check_rewrite(rule: RuleDef, trials: int = DEFAULT_TRIALS, seed: int = 0) ->
     if ran == 0:
         return finding(rule, False, 0, "no well-typed instance satisfies the guards "
                                        "(it can never match)")
-    return finding(rule, True, ran)
+    nan_trials = 0
+    finite = guarded_finite(rule)
+    for _attempt in range(NAN_TRIALS * 4):
+        if nan_trials >= NAN_TRIALS:
+            break
+        inst = builder.build()
+        if inst is None or inst.rhs is None:
+            continue
+        inputs = random_values(inst.lhs, "with_nan", rng)
+        for name in finite & inputs.keys():
+            inputs[name] = np.nan_to_num(inputs[name])
+        try:
+            left = run_program(inst.lhs, inputs, dtype=PRECISION)["out"]
+            right = run_program(inst.rhs, inputs, dtype=PRECISION)["out"]
+        except BlockbusterError:
+            continue
+        nan_trials += 1
+        bad = nan_hidden(left, right)
+        if bad:
+            return finding(rule, False, ran + nan_trials,
+                           f"counterexample with NaN inputs: {bad}\n"
+                           f"{_context(inst, 'with_nan', inputs, seed)}")
+    return finding(rule, True, ran + nan_trials)
+
+
+def nan_hidden(left, right) -> str:
+    """Where NaN inputs give the left side NaN and the right side a number, or the two
+    sides different numbers ("" when neither): a rule must not turn a NaN into a
+    number (``mul(a, 0.0) => zeros``, ``eq(a, a) => ones``). The other way, a NaN
+    where the left side has a number, is allowed: fusion may place its NaNs
+    differently for non-finite inputs (a factor taken out of a sum over an empty
+    range is ``NaN·0``)."""
+    left = np.asarray(left, PRECISION)
+    right = np.asarray(right, PRECISION)
+    if left.shape != right.shape:
+        return mismatch(left, right)
+    right_number = np.isfinite(right)
+    hidden = np.isnan(left) & right_number
+    both = np.isfinite(left) & right_number
+    lf, rf = np.where(both, left, 0), np.where(both, right, 0)
+    scale = np.maximum(np.abs(lf), np.abs(rf))
+    differ = np.abs(lf - rf) > RTOL * scale + ATOL * np.max(scale, initial=0)
+    where = np.argwhere(hidden | differ)
+    if not where.size:
+        return ""
+    at = tuple(int(i) for i in where[0])
+    return f"left {_num(left[at], 10)}, right {_num(right[at], 10)} at {at}"
 
 
 def _context(inst, kind: str, inputs: dict, seed: int) -> str:

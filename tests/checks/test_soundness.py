@@ -4,9 +4,11 @@ on what; malformed rules never crash the checker; actions are checked too."""
 
 from pathlib import Path
 
+import numpy as np
+
 import pytest
 
-from blockbuster.checks.soundness import check_rule, check_rewrite, mismatch
+from blockbuster.checks.soundness import check_rule, check_rewrite, mismatch, nan_hidden
 from blockbuster.dsl.loader import load_rules, load_rules_text, shipped_rulesets_dir
 from blockbuster.ir.index import IConst
 from blockbuster.rewrite import action_inline
@@ -160,3 +162,21 @@ def test_a_right_hand_side_of_another_type_is_named_in_the_rules_terms():
     assert "ill-typed right-hand side: it has type scalar where the left-hand side has type " \
            "block[" in f.detail
     assert "kernel 'k'" not in f.detail and "store to out" not in f.detail
+
+
+def test_a_rule_that_turns_a_nan_into_a_number_is_named_with_its_nan_inputs():
+    rules = load_rules_text("rule mul_zero: mul(a, 0.0) => sub(ones(a), ones(a))\n")
+    finding = check_rewrite(rules.rules["mul_zero"], seed=0)
+    assert not finding.sound
+    assert "counterexample with NaN inputs: left nan, right 0" in finding.detail
+    assert "with_nan inputs" in finding.detail
+
+
+def test_a_nan_placed_differently_is_allowed_but_not_hidden():
+    """The policy of nan_hidden: the left side's NaN must stay a NaN, the other way
+    round (fusion's NaN·0 over an empty range) is allowed."""
+    nan = np.nan
+    assert nan_hidden(np.array([nan, 1.0]), np.array([nan, 1.0])) == ""
+    assert nan_hidden(np.array([0.0, 1.0]), np.array([nan, 1.0])) == ""
+    assert "left nan, right 2" in nan_hidden(np.array([nan]), np.array([2.0]))
+    assert "left 1, right 0" in nan_hidden(np.array([1.0]), np.array([0.0]))
