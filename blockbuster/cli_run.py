@@ -102,7 +102,8 @@ def check_user_rules(rules, hardware, as_json: bool = False) -> int | None:
     names = ", ".join(sorted({f["rule"] for f in failed}))
     what = failure_kinds(failed)
     if as_json:
-        print_json({"error": f"{what} rules in --rules: {names}", "unsound_rules": failed})
+        print_json({"error": f"{what} rules in --rules: {names}", "unsound_rules": failed,
+                    "exit_status": EXIT_VALIDATION_FAILED})
         return EXIT_VALIDATION_FAILED
     n = len({f["rule"] for f in failed})
     print(f"error: {n} rule{'s' if n > 1 else ''} of --rules "

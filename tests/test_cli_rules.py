@@ -65,6 +65,7 @@ def test_the_refusal_is_one_json_object_with_json(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert [f["rule"] for f in report["unsound_rules"]] == ["exp_split"]
     assert report["unsound_rules"][0]["location"].endswith("mine.bbr:3:6")
+    assert report["exit_status"] == 1 and "unsound" in report["error"]
 
 
 def test_a_cached_verdict_names_the_file_this_run_was_given(tmp_path, capsys, checked):
