@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_args import check_output_path, write_new_file
-from .cli_common import EXIT_OK, build_program
+from .cli_args import check_output_path, parse_assignments, write_new_file
+from .cli_common import EXIT_OK
 from .errors import UsageError
 
 
@@ -23,7 +23,8 @@ def add_import(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE.bbp", required=True,
                    help="the program file to write (never overwritten)")
     p.add_argument("--weights", metavar="FILE.npz",
-                   help="also write the model's parameter values (for run --inputs)")
+                   help="also write the model's parameter values and its example inputs "
+                        "(for run --inputs)")
     p.add_argument("--block", action="append", metavar="DIM=INT", default=[],
                    help="block size of a dimension (repeatable)")
     p.set_defaults(func=cmd_import, size=[])
@@ -42,7 +43,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         check_output_path(args.weights, allowed=(".npz",), flag="--weights")
         if not args.weights.endswith(".npz"):
             raise UsageError(f"--weights {args.weights}: the file name must end in .npz")
-    program = build_program(args)
+    from .subjects import load_subject
+    subject = load_subject(args.workload, {}, parse_assignments(args.block, "--block"))
+    program = subject.program
     if args.weights and not program.params:
         raise UsageError(f"--weights {args.weights}: {args.workload} has no parameter values "
                          "to write (its factory returned a Program, not a model); nothing "
@@ -51,8 +54,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     note = ""
     if args.weights:
         import numpy as np
-        np.savez(args.weights, **program.params)
-        note = f", weights in {args.weights}"
+        # The example inputs too: `run --inputs` then validates on them, not on random
+        # normals (token ids drawn as floats select no embedding row at all).
+        examples = subject.make_inputs(program, 0) if subject.kind == "torch" else {}
+        np.savez(args.weights, **examples, **program.params)
+        note = f", weights{' and example inputs' if examples else ''} in {args.weights}"
     print(f"wrote {args.output}: {len(program.kernels)} kernels, inputs "
           f"{', '.join(n for n in program.inputs if n not in program.weights)}{note}")
     return EXIT_OK

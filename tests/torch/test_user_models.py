@@ -1071,3 +1071,38 @@ def test_recurrent_layers_import_as_their_unrolled_steps(cell):
             **{low.inputs[0].name: x.numpy().astype(np.float32)}, **low.weights)
         for b, w in zip(low.outputs, want):
             assert max_rel_error(out[b.name].reshape(w.shape), w) < 1e-5
+
+
+def test_import_writes_the_example_token_ids_beside_the_weights(tmp_path, monkeypatch, capsys):
+    """`import --weights` then `run model.bbp --inputs`: the archive holds the example
+    inputs too, so the run validates on the model's own token ids (random normal
+    floats select no embedding row: every output was the same, and it passed)."""
+    from blockbuster import cli
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lm.py").write_text(
+        "import torch\n"
+        "class LM(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.emb = torch.nn.Embedding(50, 24)\n"
+        "        self.out = torch.nn.Linear(24, 50)\n"
+        "    def forward(self, ids):\n"
+        "        return self.out(torch.relu(self.emb(ids)))\n"
+        "def factory():\n"
+        "    torch.manual_seed(0)\n"
+        "    return LM().eval(), (torch.randint(0, 50, (2, 9)),)\n")
+    assert cli.main(["import", "lm.py:factory", "-o", "lm.bbp", "--weights", "lm.npz"]) == 0
+    assert "weights and example inputs in lm.npz" in capsys.readouterr().out
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("lm_factory", tmp_path / "lm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model, (ids,) = module.factory()
+    saved = np.load(tmp_path / "lm.npz")
+    assert sorted(saved["ids"].ravel().tolist()) == sorted(ids.numpy().ravel().tolist())
+    assert cli.main(["run", "lm.bbp", "--inputs", "lm.npz", "--backend", "reference",
+                     "--save-outputs", "y.npz"]) == 0
+    got = next(iter(np.load(tmp_path / "y.npz").values()))
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids).numpy()
+    assert max_rel_error(got.reshape(want.shape), want) < 1e-5
