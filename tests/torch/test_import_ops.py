@@ -878,3 +878,27 @@ def test_a_matmul_operand_expanded_from_size_1(which, sa, sb):
     torch.manual_seed(0)
     xs = (torch.randn(*sa) * 100, torch.randn(*sb))
     assert fused_error_vs_float64(_ExpandedMatmul(which).eval(), *xs) < 1e-5
+
+
+class _NormOverTwoAxes(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        if kind == "rms":
+            self.norm = torch.nn.RMSNorm((13, 24))
+        else:
+            self.norm = torch.nn.LayerNorm((13, 24), elementwise_affine=kind == "layer")
+        with torch.no_grad():
+            for p in self.norm.parameters():
+                p.normal_()
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+@pytest.mark.parametrize("kind", ["layer", "layer without affine", "rms"])
+def test_a_norm_over_two_trailing_axes(kind):
+    """``LayerNorm((H, W))``: the statistics over both axes (it was left to PyTorch:
+    "only the last axis"), on rows with a large mean."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 13, 24) * 100 + 1000
+    assert fused_error_vs_float64(_NormOverTwoAxes(kind).eval(), x) < 1e-5
