@@ -140,6 +140,9 @@ def run_workload(target, sizes: dict[str, int] | None = None,
             "tolerance": validation.tolerance,
             "baseline_rel_error": (None if validation.baseline_error is None
                                    else _finite_or_none(validation.baseline_error)),
+            # the unfused program in float32 gives NaN or inf where float64 does not
+            "baseline_non_finite": (validation.baseline_error is not None
+                                    and not math.isfinite(validation.baseline_error)),
             "passed": bool(validation.passed),
             "non_finite_values": validation.non_finite,
             "output_values": validation.values,
@@ -297,6 +300,10 @@ def format_report(r: dict[str, Any]) -> str:
                      f"{v['baseline_rel_error']:.2g} off the float64 oracle, so the tolerance "
                      f"taken from it checks little (a random operator, or float32 "
                      f"cancellation in the model)")
+    if v.get("baseline_non_finite") and not v["passed"]:
+        lines.append("  unfused too   the unfused program run in float32 gives NaN or inf "
+                     "there as well: the math itself overflows float32 at these inputs "
+                     "(an exp without a max shift, a square of a large value, ...)")
     if v.get("non_finite_mismatches"):
         k = v["non_finite_mismatches"]
         lines.append(f"  non-finite    {k} output value{'' if k == 1 else 's'} differ from the "

@@ -564,3 +564,31 @@ def test_an_error_inside_a_factory_names_its_line_and_debug_shows_where(tmp_path
     assert cli.main(["run", "f.py:factory", "--backend", "reference", "--debug"]) == 2
     err = capsys.readouterr().err
     assert 'File "' in err and "line 2, in helper" in err and "KeyError: 'missing'" in err
+
+
+SOFTMAX_WITHOUT_SHIFT = """program sm
+dim M = 13 block 4
+dim K = 7 block 7
+input X[M, K]
+output Y[M, K]
+kernel Y for m in M, k in K:
+  Y[m, k] = rowscale(recip(rowsum(exp(X[m, k]))), exp(X[m, k]))
+"""
+
+
+def test_a_failure_says_when_the_unfused_program_overflows_too(tmp_path, capsys):
+    """Logits of 200 overflow exp in float32 in the program as written: the failed
+    validation says the unfused program gives NaN/inf too (not a fusion bug)."""
+    (tmp_path / "sm.bbp").write_text(SOFTMAX_WITHOUT_SHIFT)
+    np.savez(tmp_path / "x.npz", X=np.full((13, 7), 200.0, np.float32))
+    argv = ["run", str(tmp_path / "sm.bbp"), "--inputs", str(tmp_path / "x.npz"),
+            "--backend", "reference"]
+    assert cli.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "unfused too" in out
+    np.savez(tmp_path / "ok.npz", X=np.full((13, 7), 2.0, np.float32))
+    assert cli.main(argv[:3] + [str(tmp_path / "ok.npz"), "--backend", "reference",
+                                "--json"]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["validation"]["baseline_non_finite"] is False
