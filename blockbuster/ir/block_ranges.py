@@ -149,21 +149,30 @@ def check_block_ranges(value: Expr, binders: tuple, program: Program, where: str
         dim = dims[d]
         if dim.point or dim.size % dim.block == 0 or isinstance(ix, (IVar, IConst)):
             return
-        own = [v for v, vd, _lo, _hi in scope if vd == d and v in idx_free_vars(ix)]
+        free = idx_free_vars(ix)
+        own = [(v, vd) for v, vd, _lo, _hi in scope if vd == d and v in free]
+        if not own:
+            # a loop over another dimension with the same ragged tail: a slice of d
+            # that ends at d's end (``slice(x, "M", 16, 37)``: M_16 = 21 in blocks of
+            # 16 reads block m16 + 1 of M = 37, both last blocks 5 long)
+            own = [(v, vd) for v, vd, _lo, _hi in scope if v in free and not dims[vd].point
+                   and dims[vd].block == dim.block
+                   and dims[vd].size % dims[vd].block == dim.size % dim.block]
         last = dim.nblocks - 1
         if len(own) == 1:
-            v = own[0]
-            env = _violation(ix, scope, dims, lambda x, env: (x == last) == (env[v] == last),
-                             also=(v,))
+            v, vd = own[0]
+            loop_last = dims[vd].nblocks - 1
+            env = _violation(ix, scope, dims,
+                             lambda x, env: (x == last) == (env[v] == loop_last), also=(v,))
             if env is None:
                 return
             got = evaluate(ix, env)
             raise IRError(
                 f"{where}: index {ix} of {d} = {dim.size} in blocks of {dim.block} picks "
                 f"block {got} ({dim.extent(got)} long) where the loop's block {env[v]} is "
-                f"{dim.extent(env[v])} long{at(env)}, in `{snippet(e)}`: a computed index "
-                f"of a ragged dimension must keep the last block last (make {d} a multiple "
-                f"of its block)")
+                f"{dims[vd].extent(env[v])} long{at(env)}, in `{snippet(e)}`: a computed "
+                f"index of a ragged dimension must keep the last block last (make {d} a "
+                f"multiple of its block)")
         raise IRError(
             f"{where}: index {ix} of {d} = {dim.size} in blocks of {dim.block} is computed "
             f"from {'no' if not own else 'several'} loop{'s' if own else ''} over {d}, so "

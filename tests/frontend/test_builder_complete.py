@@ -455,3 +455,25 @@ def test_a_slice_off_the_default_blocks_says_the_block_was_the_default():
         g.slice(x, "N", 0, 100)
     with pytest.raises(UsageError, match=r"\[0:70\] of M is not whole blocks of 50$"):
         g.slice(x, "M", 0, 70)
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_a_slice_up_to_a_ragged_end(backend):
+    """``x[16:37]`` of M = 37 in blocks of 16 (and the columns likewise): the slice's
+    last block and M's are both 5 long, so the view's block m + 1 is M's; the
+    verifier refused it ("computed from no loop over M")."""
+    g = GraphBuilder("ragged_slice")
+    g.dim("M", 37, 16)
+    g.dim("C", 40, 16)
+    g.dim("N", 24, 8)
+    x, w = g.input("X", "M", "C"), g.input("W", "C", "N")
+    rows = g.slice(x, "M", 16, 37)
+    p = g.build(g.add(rows, 1.0, name="Z"), g.matmul(rows, w, name="Y"),
+                g.exp(g.mul(g.slice(x, "C", 16, 40), 0.01), name="E"))
+    rng = np.random.default_rng(3)
+    xs, ws = rng.normal(0, 1e2, (37, 40)), rng.normal(0, 1, (40, 24))
+    for program in (p, bb.fuse(p).program):
+        got = bb.compile(program, backend=backend)(X=xs, W=ws)
+        close(got["Z"], xs[16:] + 1)
+        close(got["Y"], xs[16:] @ ws)
+        close(got["E"], np.exp(xs[:, 16:] * 0.01))
