@@ -137,3 +137,28 @@ def test_a_key_value_cache_grown_by_one_token_then_attention():
     got, _, _ = run_imported(step, past, new, q)
     want = step(past.double(), new.double(), q.double()).numpy()
     assert max_rel_error(got[0].reshape(want.shape), want) < 2e-5
+
+
+class _Pointwise(torch.nn.Module):
+    """A 1x1 convolution, ReLU, global average pooling, a classifier (the head of a
+    small CNN)."""
+
+    def __init__(self, conv, pool_axes):
+        super().__init__()
+        self.conv, self.pool_axes = conv, pool_axes
+        self.fc = torch.nn.Linear(conv.out_channels, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean(self.pool_axes))
+
+
+@pytest.mark.parametrize("conv,shape,pool", [
+    (torch.nn.Conv2d(16, 24, 1), (2, 16, 5, 5), (2, 3)),
+    (torch.nn.Conv2d(16, 24, 1, bias=False), (1, 16, 7, 3), (2, 3)),
+    (torch.nn.Conv1d(16, 24, 1), (3, 16, 11), -1),
+])
+def test_a_pointwise_convolution(conv, shape, pool):
+    """1x1, stride 1: a matmul per image in channels-first layout (it was refused,
+    "a matrix axis of 16 is also a batch axis")."""
+    torch.manual_seed(0)
+    _close(_Pointwise(conv, pool), torch.randn(*shape) * 100)

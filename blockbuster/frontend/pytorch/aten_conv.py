@@ -1,6 +1,8 @@
 """Convolutions (``nn.Conv1d``, ``nn.Conv2d``), lowered into the views, slices and
 matrix products the importer already has: no block operator of their own.
 
+* A 1x1 convolution of stride 1: a matmul of the weight with each image's
+  channels-by-pixels matrix.
 * Windows that tile the input (stride = kernel size, no padding: the patch embedding
   of ViT, CLIP's vision tower, SigLIP, DINOv2): the input viewed as patches, each
   channel's patches copied into blocks (:func:`.aten_joins.retiled`) and contracted
@@ -45,6 +47,8 @@ def _convolution(low, node, x, w, bias, stride, padding, dilation, transposed,
         raise ImportError_(f"{what} with groups={groups}: only groups=1 is supported")
     if spatial not in (1, 2):
         raise ImportError_(f"{what} over {spatial} spatial axes: 1 or 2 are supported")
+    if set(kernel) == {1} and set(stride) == {1} and not any(padding):
+        return _pointwise(low, node, x, w, bias)
     if stride != kernel or any(padding) or set(dilation) != {1}:
         raise ImportError_(f"{what}, padding {list(padding)}, dilation {list(dilation)}: "
                            f"only windows that tile the input are supported (stride = "
@@ -58,6 +62,23 @@ def _convolution(low, node, x, w, bias, stride, padding, dilation, transposed,
     if bias is not None:                            # out: [B, *spatial, E]
         out = low.k.elementwise("add", [out, bias], node.name)
     return V.permute(out, [0, spatial + 1, *range(1, spatial + 1)])
+
+
+def _pointwise(low, node, x, w, bias):
+    """A 1x1 convolution of stride 1 (a pointwise one: MobileNet, ResNet's bottleneck,
+    a channel mixer): per image ``W [E, C] · x [C, H·W]``, in the input's own
+    channels-first layout (no patches, no copy)."""
+    batch, channels = x.shape[:2]
+    spatial = list(x.shape[2:])
+    e = w.shape[0]
+    pixels = 1
+    for n in spatial:
+        pixels *= n
+    flat = _view(low, node, x, [batch, channels, pixels])
+    out = low.k.matmul(_view(low, node, w, [e, channels]), flat, node.name)
+    if bias is not None:                            # out: [B, E, H·W]
+        out = low.k.elementwise("add", [out, _view(low, node, bias, [e, 1])], node.name)
+    return _view(low, node, out, [batch, e, *spatial])
 
 
 def _contract(low, node, x, w):
