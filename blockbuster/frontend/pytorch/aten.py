@@ -14,7 +14,7 @@ import numpy as np
 
 from ..tensors import values as V
 from ..tensors import reshapes as R
-from ..tensors.composites import layer_norm, rms_norm, softmax
+from ..tensors.composites import softmax
 from ..tensors.values import Value, scalar
 from .dims import ImportError_
 from . import strided
@@ -23,6 +23,7 @@ from .aten_indexing import (index_nodes, narrow_cut,   # (and registers the inde
                             unaligned_slice)
 from .aten_joins import rotate_half_source   # (and registers cat and pad)
 from . import aten_conv  # noqa: F401  (registers convolutions)
+from .aten_norms import _axes, _reduce_axes   # (and registers layer and RMS norm)
 # HANDLERS, Empty and TAKES_EMPTY are read by the lowering through this module.
 from .aten_registry import HANDLERS, TAKES_EMPTY, Empty, handles  # noqa: F401
 
@@ -34,23 +35,6 @@ def _one_axis(x: Value, dims, what: str) -> int:
     if len(dims) != 1:
         raise ImportError_(f"{what} over {dims or 'all axes'}: only one axis is supported")
     return dims[0] % x.rank
-
-
-def _axes(x: Value, dims) -> list[int]:
-    """The axes ``dims`` names (all of them for none), last first: reducing one at a
-    time, the earlier ones keep their positions."""
-    dims = [dims] if isinstance(dims, int) else list(dims or range(x.rank))
-    return sorted({d % x.rank for d in dims}, reverse=True)
-
-
-def _reduce_axes(low, node, combiner: str, x: Value, dims, keepdim: bool,
-                 scale: float | None = None) -> Value:
-    """``combiner`` over every axis of ``dims``, one after another (``scale`` once)."""
-    axes = _axes(x, dims)
-    for i, axis in enumerate(axes):
-        x = low.k.reduce(combiner, x, axis, node.name, keepdim,
-                         scale=scale if i == 0 else None)
-    return x
 
 
 def _negated(low, node, x: Value) -> Value:
@@ -209,67 +193,6 @@ def _softmax(low, node, x, dim, *rest):
 @handles("_log_softmax.default", "log_softmax.int")
 def _log_softmax(low, node, x, dim, *rest):
     return softmax(low.k, x, dim % x.rank, node.name, log=True)
-
-
-def _last_axis(x: Value, shape, what: str) -> int:
-    if len(shape) != 1 or shape[0] != x.shape[-1]:
-        raise ImportError_(f"{what} over {list(shape)}: only the last axis is supported")
-    return x.rank - 1
-
-
-def _trailing_axes(x: Value, shape, what: str) -> list[int] | None:
-    """The axes of a norm over the trailing ``shape`` of ``x``: None for one axis
-    (the composite's case), the list for several (``LayerNorm((H, W))``)."""
-    shape = [int(s) for s in shape]
-    if len(shape) <= 1:
-        _last_axis(x, shape, what)
-        return None
-    if len(shape) > x.rank or list(x.shape[x.rank - len(shape):]) != shape:
-        raise ImportError_(f"{what} over {shape}: not the trailing axes of {list(x.shape)}")
-    return list(range(x.rank - len(shape), x.rank))
-
-
-def _norm_over_axes(low, node, x, axes, weight, bias, eps, centre: bool):
-    """LayerNorm (``centre``) or RMSNorm over several trailing axes: the statistics
-    are means over all of them, the weight and bias broadcast over them."""
-    k = low.k
-    n = math.prod(x.shape[a] for a in axes)
-    if centre:
-        mean = _reduce_axes(low, node, "sum", x, axes, True, scale=1.0 / n)
-        x = k.elementwise("sub", [x, mean], node.name)
-    var = _reduce_axes(low, node, "sum", k.elementwise("square", [x], node.name), axes, True,
-                       scale=1.0 / n)
-    rstd = k.elementwise("rsqrt", [k.elementwise("add", [var, scalar(eps)], node.name)],
-                         node.name)
-    out = k.elementwise("mul", [x, rstd], node.name)
-    if weight is not None:
-        out = k.elementwise("mul", [out, weight], node.name)
-    if bias is not None:
-        out = k.elementwise("add", [out, bias], node.name)
-    return out
-
-
-@handles("layer_norm.default")
-def _layer_norm(low, node, x, shape, weight=None, bias=None, eps=1e-5, *rest):
-    axes = _trailing_axes(x, shape, "layer_norm")
-    if axes is not None:
-        return _norm_over_axes(low, node, x, axes, weight, bias, eps, centre=True)
-    return layer_norm(low.k, x, x.rank - 1, weight, bias, eps, node.name)
-
-
-@handles("native_layer_norm.default")
-def _native_layer_norm(low, node, x, shape, weight, bias, eps):
-    return (_layer_norm(low, node, x, shape, weight, bias, eps), None, None)
-
-
-@handles("rms_norm.default")
-def _rms_norm(low, node, x, shape, weight=None, eps=None):
-    axes = _trailing_axes(x, shape, "rms_norm")
-    if eps is None:
-        eps = 1.1920928955078125e-07          # torch: finfo(float32).eps
-    if axes is not None:
-        return _norm_over_axes(low, node, x, axes, weight, None, eps, centre=False)
-    return rms_norm(low.k, x, x.rank - 1, weight, eps, node.name)
 
 
 # --- matrix products -----------------------------------------------------------------------
