@@ -23,7 +23,7 @@ from .aten_indexing import (index_nodes, narrow_cut,   # (and registers the inde
                             unaligned_slice)
 from .aten_joins import rotate_half_source   # (and registers cat and pad)
 from . import aten_conv  # noqa: F401  (registers convolutions)
-from .aten_norms import _axes, _reduce_axes   # (and registers layer and RMS norm)
+from .aten_norms import named_axes, reduce_axes   # (and registers layer and RMS norm)
 # HANDLERS, Empty and TAKES_EMPTY are read by the lowering through this module.
 from .aten_registry import HANDLERS, TAKES_EMPTY, Empty, handles  # noqa: F401
 
@@ -43,13 +43,13 @@ def _negated(low, node, x: Value) -> Value:
 
 @handles("mean.dim", "mean.default")
 def _mean(low, node, x, dims=None, keepdim=False, dtype=None):
-    count = math.prod(x.shape[a] for a in _axes(x, dims))
-    return _reduce_axes(low, node, "sum", x, dims, keepdim, scale=1.0 / count)
+    count = math.prod(x.shape[a] for a in named_axes(x, dims))
+    return reduce_axes(low, node, "sum", x, dims, keepdim, scale=1.0 / count)
 
 
 @handles("sum.dim_IntList", "sum.default")
 def _sum(low, node, x, dims=None, keepdim=False, dtype=None):
-    return _reduce_axes(low, node, "sum", x, dims, keepdim)
+    return reduce_axes(low, node, "sum", x, dims, keepdim)
 
 
 @handles("var.correction", "std.correction", "var_mean.correction")
@@ -58,16 +58,16 @@ def _var(low, node, x, dims=None, correction=None, keepdim=False):
     LayerNorm composite; ``std``: its square root; ``var_mean``: (var, mean), as
     batch and group norm's decompositions ask for them)."""
     what = str(node.target).split(".")[1]
-    axes = _axes(x, dims)
+    axes = named_axes(x, dims)
     n = math.prod(x.shape[a] for a in axes)
     correction = 1 if correction is None else correction
     if n - correction <= 0:
         raise ImportError_(f"{what} of {n} element(s) with correction {correction}")
     k = low.k
-    mean = _reduce_axes(low, node, "sum", x, dims, True, scale=1.0 / n)
+    mean = reduce_axes(low, node, "sum", x, dims, True, scale=1.0 / n)
     square = k.elementwise("square", [k.elementwise("sub", [x, mean], node.name)],
                            node.name)
-    var = _reduce_axes(low, node, "sum", square, dims, keepdim, scale=1.0 / (n - correction))
+    var = reduce_axes(low, node, "sum", square, dims, keepdim, scale=1.0 / (n - correction))
     if what == "std":
         return k.elementwise("sqrt", [var], node.name)
     if what == "var_mean":
@@ -101,8 +101,8 @@ def _amax(low, node, x, dims=(), keepdim=False):
 def _extreme(low, node, largest: bool, x: Value, dims, keepdim: bool) -> Value:
     """Largest (smallest: ``-max(-x)``, exact) over the axes; NaN propagates."""
     if largest:
-        return _reduce_axes(low, node, "max", x, dims, keepdim)
-    return _negated(low, node, _reduce_axes(low, node, "max", _negated(low, node, x),
+        return reduce_axes(low, node, "max", x, dims, keepdim)
+    return _negated(low, node, reduce_axes(low, node, "max", _negated(low, node, x),
                                             dims, keepdim))
 
 
@@ -132,7 +132,7 @@ def _argmax(low, node, x, dim=None, keepdim=False):
     n = x.shape[axis]
     k = low.k
     v = x if what == "argmax" else _negated(low, node, x)
-    top = _reduce_axes(low, node, "max", v, [axis], True)
+    top = reduce_axes(low, node, "max", v, [axis], True)
     hit = k.elementwise("max", [k.elementwise("eq", [v, top], node.name),
                                 k.elementwise("ne", [v, v], node.name)], node.name)
     positions = np.arange(n, dtype=np.float64).reshape([n] + [1] * (x.rank - 1 - axis))
@@ -146,9 +146,9 @@ def _any_all(low, node, x, dims=None, keepdim=False):
     """Boolean reductions as 0/1: any = ``max(x != 0)``, all = ``1 - max(x == 0)``."""
     k = low.k
     if "any" in str(node.target):
-        return _reduce_axes(low, node, "max", k.elementwise("ne", [x, scalar(0.0)],
+        return reduce_axes(low, node, "max", k.elementwise("ne", [x, scalar(0.0)],
                                                             node.name), dims, keepdim)
-    zero = _reduce_axes(low, node, "max", k.elementwise("eq", [x, scalar(0.0)], node.name),
+    zero = reduce_axes(low, node, "max", k.elementwise("eq", [x, scalar(0.0)], node.name),
                         dims, keepdim)
     return k.elementwise("sub", [scalar(1.0), zero], node.name)
 

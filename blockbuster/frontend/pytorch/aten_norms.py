@@ -13,17 +13,17 @@ from .aten_registry import handles
 from .dims import ImportError_
 
 
-def _axes(x: Value, dims) -> list[int]:
+def named_axes(x: Value, dims) -> list[int]:
     """The axes ``dims`` names (all of them for none), last first: reducing one at a
     time, the earlier ones keep their positions."""
     dims = [dims] if isinstance(dims, int) else list(dims or range(x.rank))
     return sorted({d % x.rank for d in dims}, reverse=True)
 
 
-def _reduce_axes(low, node, combiner: str, x: Value, dims, keepdim: bool,
+def reduce_axes(low, node, combiner: str, x: Value, dims, keepdim: bool,
                  scale: float | None = None) -> Value:
     """``combiner`` over every axis of ``dims``, one after another (``scale`` once)."""
-    axes = _axes(x, dims)
+    axes = named_axes(x, dims)
     for i, axis in enumerate(axes):
         x = low.k.reduce(combiner, x, axis, node.name, keepdim,
                          scale=scale if i == 0 else None)
@@ -54,9 +54,9 @@ def _norm_over_axes(low, node, x, axes, weight, bias, eps, centre: bool):
     k = low.k
     n = math.prod(x.shape[a] for a in axes)
     if centre:
-        mean = _reduce_axes(low, node, "sum", x, axes, True, scale=1.0 / n)
+        mean = reduce_axes(low, node, "sum", x, axes, True, scale=1.0 / n)
         x = k.elementwise("sub", [x, mean], node.name)
-    var = _reduce_axes(low, node, "sum", k.elementwise("square", [x], node.name), axes, True,
+    var = reduce_axes(low, node, "sum", k.elementwise("square", [x], node.name), axes, True,
                        scale=1.0 / n)
     rstd = k.elementwise("rsqrt", [k.elementwise("add", [var, scalar(eps)], node.name)],
                          node.name)
