@@ -902,3 +902,32 @@ def test_a_norm_over_two_trailing_axes(kind):
     torch.manual_seed(0)
     x = torch.randn(5, 13, 24) * 100 + 1000
     assert fused_error_vs_float64(_NormOverTwoAxes(kind).eval(), x) < 1e-5
+
+
+class _RotaryOfOneToken(torch.nn.Module):
+    """Llama's rotary embedding applied to a decoding step's query, one token per
+    sequence: ``q = x·Wᵀ`` split into heads ``[B, H, 1, D]``, then
+    ``q·cos + rotate_half(q)·sin``."""
+
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.proj = torch.nn.Linear(width, width, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, e = x.shape
+        q = self.proj(x).view(b, t, self.heads, e // self.heads).transpose(1, 2)
+        half = q.shape[-1] // 2
+        rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+        return q * cos + rotated * sin
+
+
+@pytest.mark.parametrize("batch, width, heads", [(2, 64, 4), (1, 24, 3), (3, 32, 1)])
+def test_rotate_half_of_one_token(batch, width, heads):
+    """One row per head: no block of rows for the rotate-half operator (it was left to
+    PyTorch: "rotate-half needs blocks of rows and columns")."""
+    torch.manual_seed(0)
+    x = torch.randn(batch, 1, width) * 1e3
+    angles = torch.randn(1, width // heads)
+    assert fused_error_vs_float64(_RotaryOfOneToken(width, heads).eval(), x, angles.cos(),
+                                  angles.sin()) < 1e-5

@@ -26,6 +26,8 @@ def _cat(low, node, xs, dim=0):
     source = rotate_half_source(node)
     if source is not None:
         x = low.values[source.name] if source.name in low.values else low.value(source)
+        if x.rank < 2 or x.shape[-2] == 1:        # one row: a decoding step's token
+            return _rotate_half_of_a_row(low, node, x)
         return low.k.rotate_half(_one_block_rows(low, x, node.name), node.name)
     return _concat(low, node, pieces, dim % pieces[0].rank)
 
@@ -57,6 +59,27 @@ def _pad(low, node, x, pad, value=0.0):
         if len(pieces) > 1:
             x = _concat(low, node, pieces, axis)
     return x
+
+
+def _rotate_half_of_a_row(low, node, x: Value) -> Value:
+    """``cat(-x2, x1)`` of a tensor with no rows to tile (``[B, H, 1, D]``, one token
+    of a decoding step; the rotate-half operator needs blocks of rows):
+    ``out[j] = Σ_i where(P[i, j], s_i·x[i], 0)`` with ``P`` the halves' swap and
+    ``s`` -1 on the second half, exact (one term per ``j``, no ``0·inf``)."""
+    n = x.shape[-1]
+    if n % 2:
+        raise ImportError_(f"rotate-half of {n} columns (an odd number)")
+    h = n // 2
+    sign = np.where(np.arange(n) >= h, -1.0, 1.0)
+    place = np.zeros((n, n))
+    place[np.arange(h, n), np.arange(h)] = 1.0      # out[j] = -x[j + h], j < h
+    place[np.arange(h), np.arange(h, n)] = 1.0      # out[j] = x[j - h], j >= h
+    signed = low.k.elementwise("mul", [x, low.constant(node, f"rot_sign_{node.name}", sign)],
+                               node.name)
+    picked = low.k.elementwise("where", [low.constant(node, f"rot_{node.name}", place),
+                                         V.insert_axis(signed, x.rank), scalar(0.0)],
+                               node.name)
+    return low.k.reduce("sum", picked, x.rank - 1, node.name)
 
 
 def _one_block_rows(low, x: Value, what: str) -> Value:
