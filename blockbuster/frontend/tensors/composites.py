@@ -34,8 +34,16 @@ def logsumexp(k: KernelEmitter, x: Value, axis: int, what: str,
     return k.elementwise("add", [k.elementwise("log", [s], what), m], what, name)
 
 
-def _mean(k: KernelEmitter, x: Value, axis: int, what: str) -> Value:
-    return k.reduce("sum", x, axis, what, True, scale=1.0 / x.shape[axis])
+def _mean(k: KernelEmitter, x: Value, axis, what: str) -> Value:
+    """The mean over ``axis`` (an int, or several axes: summed one after another, last
+    first, the scale applied once), kept as size-1 axes."""
+    axes = sorted({axis} if isinstance(axis, int) else set(axis), reverse=True)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    for i, a in enumerate(axes):
+        x = k.reduce("sum", x, a, what, True, scale=1.0 / count if i == 0 else None)
+    return x
 
 
 def _scaled(k: KernelEmitter, out: Value, weight: Value | None, bias: Value | None,
@@ -50,7 +58,7 @@ def _scaled(k: KernelEmitter, out: Value, weight: Value | None, bias: Value | No
 
 def layer_norm(k: KernelEmitter, x: Value, axis: int, weight: Value | None,
                bias: Value | None, eps: float, what: str, name: str | None = None) -> Value:
-    """``(x - mean) · rsqrt(var + eps) · weight + bias`` along ``axis``."""
+    """``(x - mean) · rsqrt(var + eps) · weight + bias`` along ``axis`` (or several)."""
     centred = k.elementwise("sub", [x, _mean(k, x, axis, what)], what)
     var = _mean(k, k.elementwise("square", [centred], what), axis, what)
     rstd = k.elementwise("rsqrt", [k.elementwise("add", [var, scalar(eps)], what)], what)
@@ -61,7 +69,7 @@ def layer_norm(k: KernelEmitter, x: Value, axis: int, weight: Value | None,
 
 def rms_norm(k: KernelEmitter, x: Value, axis: int, weight: Value | None, eps: float,
              what: str, name: str | None = None) -> Value:
-    """``x · rsqrt(mean(x²) + eps) · weight`` along ``axis``."""
+    """``x · rsqrt(mean(x²) + eps) · weight`` along ``axis`` (or several)."""
     ms = _mean(k, k.elementwise("square", [x], what), axis, what)
     rinv = k.elementwise("rsqrt", [k.elementwise("add", [ms, scalar(eps)], what)], what)
     out = k.elementwise("mul", [x, rinv], what, name if weight is None else None)
