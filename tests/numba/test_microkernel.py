@@ -29,15 +29,12 @@ def check(a, b, c):
 
 #: Columns of one packed B panel at full k-depth (the driver's panel width).
 PANEL = max(mk.NR, mk.PANEL_BYTES // (4 * mk.KC) // mk.NR * mk.NR)
-#: Rows of one row block of A at full k-depth (the tiles of a panel go over one
-#: block strip by strip before the next).
-ROW_BLOCK = max(mk.MR, mk.MC_BYTES // (4 * mk.KC) // mk.MR * mk.MR)
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (mk.MR + 1, 7, mk.NR + 3), (64, 64, 64),
                                    (2 * mk.MR - 1, mk.KC + 5, PANEL + mk.NR + 1),
                                    (mk.MR + 2, 40, 3 * PANEL + 5),
-                                   (2 * ROW_BLOCK + mk.MR + 1, mk.KC + 3, PANEL + mk.NR + 1)])
+                                   (9 * mk.MR + 1, mk.KC + 3, PANEL + mk.NR + 1)])
 def test_contiguous_ragged_shapes(m, k, n):
     rng = np.random.default_rng(m * 1000 + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
