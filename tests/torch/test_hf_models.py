@@ -398,3 +398,22 @@ def test_gemma2_sequence_classification_with_a_mask_fuses():
     with torch.no_grad():
         want = copy.deepcopy(model).double()(ids, mask).numpy()
     assert max_rel_error(out[low.outputs[0].name].reshape(want.shape), want) < 2e-5
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_one_token_of_one_sequence(arch):
+    """Batch 1, one token (the first step of decoding): the query and key lengths are
+    both 1, and met as one axis that the batch iterates; its scores are the thin
+    product of one query and one key (GPT-2's causal SDPA: nothing to mask). Was
+    "a matrix axis of 1 is also a batch axis"."""
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        from transformers import GPT2Config, GPT2Model
+        model = GPT2Model(GPT2Config(n_embd=32, n_head=4, n_layer=1, n_positions=16,
+                                     vocab_size=50))
+    else:
+        from transformers import LlamaConfig, LlamaModel
+        model = LlamaModel(LlamaConfig(hidden_size=32, intermediate_size=48,
+                                       num_attention_heads=4, num_key_value_heads=2,
+                                       num_hidden_layers=1, vocab_size=50))
+    _check(LastHidden(model), torch.randint(0, 50, (1, 1)))

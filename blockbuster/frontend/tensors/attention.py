@@ -20,6 +20,8 @@ def attend(k: KernelEmitter, q: Value, key: Value, v: Value, scale: float, causa
            mask: Value | None, what: str, name: str | None = None) -> Value:
     """``softmax(q·keyᵀ·scale [+ mask], causal) · v``; ``name`` names the output."""
     hi_rows = hi_cols = None
+    if causal and q.shape[-2] == 1 and key.shape[-2] == 1:
+        causal = False          # one query, one key: the query sees it, nothing to mask
     if causal:
         hi_rows = lambda index: {"hi": index[-1] + 1}      # reduce over keys of row i
         hi_cols = lambda index: {"hi": index[-2] + 1}      # P·V: out[..., i, e]

@@ -14,7 +14,8 @@ from ...ir import expr as E
 from ...ir.expr import Expr
 from ...ir.index import IVar
 from .errors import TensorError
-from .values import Index, Value, drop_axis, expand, insert_axis, permute
+from .values import (Index, Value, drop_axis, expand, insert_axis, permute,
+                     unstore_unit)
 
 
 class MatmulEmitter:
@@ -96,6 +97,12 @@ class MatmulEmitter:
                                             insert_axis(permute(b, [1, 0]), 1)], what)
             per_head = self.reduce("sum", prod, prod.rank - 1, what)     # [.., H, T]
             return permute(per_head, list(range(n - 2)) + [n - 1, n - 2])
+        unit = self._point_unit_axes(a, b)
+        if unit is not None:
+            # a stored size-1 matrix axis that is iterated one index at a time (one
+            # query against one key: a decoding step of batch 1, where the planner
+            # met the two lengths as one axis): indexed at 0, it is the thin product
+            return self.matmul(*unit, what, name, hi_of)
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
                 self.planner.mark_tiled(c)
@@ -119,6 +126,21 @@ class MatmulEmitter:
             return E.reduce("sum", var, kdim, E.call("dot", self.block(a, ia),
                                                      self.block(b, ib)), **bounds)
         return self.emit("matmul", shape, axes, value, name)
+
+    def _point_unit_axes(self, a: Value, b: Value) -> tuple[Value, Value] | None:
+        """``(a, b)`` with their stored size-1 matrix axes that are point dimensions
+        made broadcast axes (emitting pass), or None where there is none."""
+        if self.planner.planning:
+            return None
+        changed = False
+        for which, at in ((0, -2), (0, -1), (1, -2), (1, -1)):
+            v = (a, b)[which]
+            c = v.axes[at]
+            if c is not None and v.shape[at] == 1 and self.planner.dim(c).point:
+                v = unstore_unit(self.planner, v, v.rank + at)
+                a, b = (v, b) if which == 0 else (a, v)
+                changed = True
+        return (a, b) if changed else None
 
     def _rows_are_a_batch(self, a: Value, b: Value) -> bool:
         """``a``'s rows turned out to be a point axis (emitting pass), ``b`` a 2-D
