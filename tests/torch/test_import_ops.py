@@ -824,6 +824,23 @@ def test_slices_at_cuts_the_blocks_cannot_take(label, fn):
     assert max_rel_error(got[0].reshape(want.shape), want) < 1e-6
 
 
+@pytest.mark.parametrize("block", [37, 16])
+def test_given_blocks_of_an_axis_a_slice_cuts_take_the_slice_by_selection(block):
+    """``x[:30]`` and ``x[30:]`` of 37 rows with blocks given for that axis (as the
+    tuner gives its starting blocks when it re-imports a torch.compile region): the
+    cut asks for blocks of 30, so the slice goes through a selection matrix, as
+    without given blocks. Was "dimension N37 must have block 30", and Gemma-2's
+    sliding-window model fell back to PyTorch whole."""
+    torch.manual_seed(0)
+    w = torch.randn(16, 16)
+    fn = lambda x: torch.cat([x[:30] @ w, x[30:]], 0)    # noqa: E731
+    x = torch.randn(37, 16) * 1e3
+    got, _, low = run_imported(fn, x, blocks={"N37": block})
+    assert low.program.dim("N37").block == block
+    want = torch.cat([x.double()[:30] @ w.double(), x.double()[30:]], 0).numpy()
+    assert max_rel_error(got[0].reshape(want.shape), want) < 1e-6
+
+
 def test_casts_to_bool_and_from_floats_to_integers():
     torch.manual_seed(0)
     x = torch.randn(3, 37, 29) * 5

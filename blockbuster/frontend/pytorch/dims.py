@@ -316,6 +316,10 @@ class DimPlanner:
             return Dim(name, c.size, 1, point=True)
         block = c.block or self._blocks.get(name) or min(c.size, DEFAULT_BLOCK)
         if c.block and self._blocks.get(name, c.block) != c.block:
+            cut = self._slice_cutting(root, c.block)
+            if cut is not None:     # the slice's cut asks for it: lowered again, that
+                raise UnalignedSlice(f"a slice asks for block {c.block} of dimension "
+                                     f"{name}, given {self._blocks[name]}", node=cut)
             raise ImportError_(f"blocks: dimension {name} must have block {c.block} "
                                f"(it is split into heads of that size)")
         if c.size % block and c.block:
