@@ -107,8 +107,12 @@ class MatmulEmitter:
             if c is not None:
                 self.planner.mark_tiled(c)
                 if not self.planner.planning and self.planner.dim(c).point:
-                    raise TensorError(f"{what}: a matrix axis of {self.planner.dim(c).size} "
-                                      f"is also a batch axis iterated one index at a time")
+                    raise TensorError(
+                        f"{what}: a matrix axis of {self.planner.dim(c).size} is also a batch "
+                        f"axis iterated one index at a time (a tensor keeps at most two axes "
+                        f"in blocks, and this one is not among them where it is stored: e.g. "
+                        f"the channels of a channels-first [B, C, H, W] tensor permuted to "
+                        f"the last axis); not supported")
         lead_shape, lead_axes, (la, lb) = self.broadcast(
             [_lead(a), _lead(b)], what)
         shape = lead_shape + (a.shape[-2], b.shape[-1])
