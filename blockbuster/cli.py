@@ -48,12 +48,25 @@ COMMANDS: list[Callable] = [add_run, add_show, add_import, add_workloads, add_ba
                              add_rules]
 
 
+#: The command line being parsed (for :meth:`_Parser.error`'s ``--json`` check).
+_ARGV: list[str] = []
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with bad usage reported like every other bad input: one line,
     ``error: ...``, exit status 2 (the full usage is one ``--help`` away)."""
 
     def error(self, message: str):
-        self.exit(2, f"error: {_one_line(message)} (usage: {self.prog} --help)\n")
+        self._usage_exit(f"error: {_one_line(message)} (usage: {self.prog} --help)")
+
+    @staticmethod
+    def _usage_exit(line: str):
+        # With --json anywhere on the line, stdout carries the one JSON object that
+        # every other error gives too (the subcommand's parser sees only its part).
+        if "--json" in _ARGV:
+            print_json({"error": line.removeprefix("error: "), "exit_status": 2})
+        print(line, file=sys.stderr)
+        raise SystemExit(2)
 
     def parse_args(self, args=None, namespace=None):
         # Options a subcommand does not know reach the top-level parser as extras:
@@ -62,8 +75,8 @@ class _Parser(argparse.ArgumentParser):
         if extras:
             command = getattr(ns, "command", None)
             prog = f"{self.prog} {command}" if command else self.prog
-            self.exit(2, f"error: unrecognized arguments: {' '.join(extras)} "
-                         f"(usage: {prog} --help)\n")
+            self._usage_exit(f"error: unrecognized arguments: {' '.join(extras)} "
+                             f"(usage: {prog} --help)")
         return ns
 
 
@@ -102,6 +115,7 @@ def _silence_stdout() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (argparse exits 2 by itself
     on malformed arguments)."""
+    _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     with warnings.catch_warnings():
         _show_own_deprecations()

@@ -144,6 +144,18 @@ def test_json_errors_are_json_too(capsys):
     assert err == f"error: {obj['error']}\n"
 
 
+@pytest.mark.parametrize("bad", [["--seed", "-1"], ["--tune", "bogus"], ["--bogus"]])
+def test_json_usage_errors_are_json_too(capsys, bad):
+    """Malformed arguments (argparse's own errors, a subcommand's unknown option) with
+    --json: stdout is the one JSON object as for every other error (it was empty)."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "attention", "--json", *bad])
+    out, err = capsys.readouterr()
+    obj = json.loads(out)
+    assert exit_.value.code == 2 and obj["exit_status"] == 2
+    assert err == f"error: {obj['error']}\n" and bad[0] in obj["error"]
+
+
 # -- internal errors: exit 3, one line, a hint -------------------------------------------
 
 def test_an_internal_error_is_one_line_with_a_hint_and_exit_3(monkeypatch, capsys):
