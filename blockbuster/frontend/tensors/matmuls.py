@@ -97,12 +97,13 @@ class MatmulEmitter:
                                             insert_axis(permute(b, [1, 0]), 1)], what)
             per_head = self.reduce("sum", prod, prod.rank - 1, what)     # [.., H, T]
             return permute(per_head, list(range(n - 2)) + [n - 1, n - 2])
-        unit = self._point_unit_axes(a, b)
-        if unit is not None:
+        if not self.planner.planning:
             # a stored size-1 matrix axis that is iterated one index at a time (one
             # query against one key: a decoding step of batch 1, where the planner
             # met the two lengths as one axis): indexed at 0, it is the thin product
-            return self.matmul(*unit, what, name, hi_of)
+            a1, b1 = self._unstore_point_units(a), self._unstore_point_units(b)
+            if a1 is not a or b1 is not b:
+                return self.matmul(a1, b1, what, name, hi_of)
         for c in (a.axes[-2], a.axes[-1], b.axes[-1]):
             if c is not None:
                 self.planner.mark_tiled(c)
@@ -131,20 +132,14 @@ class MatmulEmitter:
                                                      self.block(b, ib)), **bounds)
         return self.emit("matmul", shape, axes, value, name)
 
-    def _point_unit_axes(self, a: Value, b: Value) -> tuple[Value, Value] | None:
-        """``(a, b)`` with their stored size-1 matrix axes that are point dimensions
-        made broadcast axes (emitting pass), or None where there is none."""
-        if self.planner.planning:
-            return None
-        changed = False
-        for which, at in ((0, -2), (0, -1), (1, -2), (1, -1)):
-            v = (a, b)[which]
+    def _unstore_point_units(self, v: Value) -> Value:
+        """``v`` with its stored size-1 matrix axes that are point dimensions made
+        broadcast axes (emitting pass; the same value where there is none)."""
+        for at in (v.rank - 2, v.rank - 1):
             c = v.axes[at]
             if c is not None and v.shape[at] == 1 and self.planner.dim(c).point:
-                v = unstore_unit(self.planner, v, v.rank + at)
-                a, b = (v, b) if which == 0 else (a, v)
-                changed = True
-        return (a, b) if changed else None
+                v = unstore_unit(self.planner, v, at)
+        return v
 
     def _rows_are_a_batch(self, a: Value, b: Value) -> bool:
         """``a``'s rows turned out to be a point axis (emitting pass), ``b`` a 2-D
